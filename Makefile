@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine:
+#   make test   creates .venv when missing, installs, runs the whole test suite
+#   make bench  same set-up, then runs benchmarks/ on the embedded default (tiny real models)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH := torch==2.13.0
+EXTRAS ?= dev,fairseq
+STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: test bench install sysdeps clean
+
+install: $(STAMP)
+
+# torch goes in first and a constraint keeps it: any requirement admitting a newer torch would
+# otherwise pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH)
+	echo "$(TORCH)" > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+# Debian packages some tests use as a real system under test (espeak-ng speech, sox); needs root.
+sysdeps:
+	@command -v espeak-ng >/dev/null && command -v sox >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsndfile1 >/dev/null; }
+
+test: install sysdeps
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m pytest benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .benchmarks .pytest_cache

@@ -1,0 +1,95 @@
+"""A benchmark case: one loaded config plus its settings resolved by precedence (pytest-free).
+
+Precedence, highest first: explicit command-line flag, the config's ``general`` section, the
+ini value, the built-in default (see settings.py).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .config import CaseConfig, load_config
+from .errors import S2STError
+from .pipelines.base import known_model_types
+from .settings import SETTINGS
+
+# upstream get_metrics.py names that mean one of our settings
+ALIASES = {"dump_dir": ("dump_speech_waveforms_dir",)}
+
+
+@dataclass
+class Case:
+    config: CaseConfig
+    settings: dict[str, Any]
+    _device: Any = field(default=None, repr=False)
+
+    @property
+    def case_id(self) -> str:
+        return self.config.case_id
+
+    @property
+    def model_type(self) -> str:
+        return self.config.model_type
+
+    def device(self):
+        """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""
+        if self._device is None:
+            from .measure.device import resolve_device
+
+            self._device = resolve_device(self.settings["device"])
+        return self._device
+
+
+def resolve_settings(general: Mapping[str, Any], explicit: Mapping[str, Any], ini: Callable[[str], Any],
+                     where: Callable[[str], str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for setting in SETTINGS:
+        name = setting.name
+        if name in explicit:
+            out[name] = explicit[name]
+            continue
+        keys = (name,) + ALIASES.get(name, ())
+        key = next((k for k in keys if k in general), None) if setting.per_case else None
+        if key is not None:
+            try:
+                out[name] = setting.parse(general[key])
+            except ValueError as exc:
+                raise S2STError(f"{where(key)}: {exc}") from None
+            continue
+        raw = ini(setting.ini)
+        if raw not in (None, "", []):
+            try:
+                out[name] = setting.parse(raw)
+            except ValueError as exc:
+                raise S2STError(f"ini option {setting.ini}: {exc}") from None
+            continue
+        out[name] = setting.default
+    if general.get("cpu") is True and "device" not in explicit and "device" not in general:
+        out["device"] = "cpu"  # upstream configs say `cpu: True`
+    return out
+
+
+def check_writable_dir(path: str, where: str) -> Path:
+    target = Path(path).expanduser()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".s2st-write-check-"):
+            pass
+    except OSError as exc:
+        raise S2STError(f"{where}: dump dir {target} is not writable: {exc.strerror or exc}") from None
+    return target
+
+
+def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callable[[str], Any]) -> Case:
+    overrides = {k: explicit[k] for k in ("model_type", "dataset_path") if k in explicit}
+    config = load_config(path, known_model_types=known_model_types(), overrides=overrides)
+    settings = resolve_settings(config.general, explicit, ini, config.where)
+    dataset = config.general.get("dataset_path")
+    if dataset is not None and not Path(str(dataset)).exists():
+        raise S2STError(f"{config.where('dataset_path')}: dataset {dataset} does not exist")
+    if settings.get("dump_dir"):
+        settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], config.where("dump_dir")))
+    return Case(config, settings)

@@ -1,0 +1,1 @@
+"""pytest-free measurement core: runtime, memory, FLOPs, device."""

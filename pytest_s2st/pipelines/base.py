@@ -1,0 +1,87 @@
+"""The Pipeline protocol and the model_type registry.
+
+A pipeline is a list of stages. Each stage has one measured call, ``forward(x)``, and an
+unmeasured bridge, ``to_next_input(output)``, that turns its output into the next stage's
+input (cascades: intermediate inputs are generated beforehand, IO excluded from the numbers).
+Conventions shared by all pipelines:
+- ``prepare_sample`` accepts a dataset sample in the fairseq benchmark format
+  (``{"id", "net_input": {"src_tokens", "src_lengths"}}``) or, for text-input pipelines, a text
+  sample ``{"id", "text", "language"?, "voice"?, "seed"?}`` (the service workload format).
+- A stage whose output is speech returns ``{"waveform": 1-D float32 numpy array, "sample_rate": int}``;
+  a stage whose output is text returns ``{"text": str}``; anything else is stage-specific.
+- ``device`` is "cpu", "cuda" or "npu" (already resolved).
+
+Registry entries are "module:attribute" strings so that no heavy module is imported until a
+pipeline of that type is built.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+from ..errors import S2STError
+
+
+@runtime_checkable
+class Stage(Protocol):
+    name: str
+
+    def forward(self, x: Any) -> Any:
+        """One sample through this stage: the call that is timed, memory-profiled and FLOP-counted."""
+
+    def to_next_input(self, output: Any) -> Any:
+        """Turn this stage's output into the next stage's input (not measured)."""
+
+
+@runtime_checkable
+class Pipeline(Protocol):
+    model_type: str
+    stages: Sequence[Stage]
+
+    def prepare_sample(self, sample: Any) -> Any:
+        """Dataset sample -> first stage's input (not measured)."""
+
+    def assets(self) -> dict[str, str]:
+        """Files the pipeline loaded, as {path: sha256}."""
+
+    def close(self) -> None:
+        """Release the models."""
+
+
+# model_type -> "module:factory". factory(stages: list[dict], *, device: str, config_path: Path) -> Pipeline
+REGISTRY: dict[str, str] = {
+    "callable": "pytest_s2st.pipelines.callable:build",
+}
+
+KNOWN_MODEL_TYPES = tuple(REGISTRY)
+
+
+def register(model_type: str, target: str) -> None:
+    """Add a pipeline type ("module:factory"); used by extensions."""
+    REGISTRY[model_type] = target
+
+
+def known_model_types() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def check_model_type(model_type: Any, where: str) -> str:
+    if model_type not in REGISTRY:
+        raise S2STError(
+            f"{where}: unknown model_type {model_type!r}; known: {', '.join(known_model_types())}"
+        )
+    return model_type
+
+
+def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: str, config_path: Path) -> Pipeline:
+    check_model_type(model_type, str(config_path))
+    module_name, _, attr = REGISTRY[model_type].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise S2STError(
+            f"{config_path}: model_type {model_type!r} needs {module_name}, which cannot be imported: {exc}"
+        ) from None
+    factory = getattr(module, attr)
+    return factory([dict(s) for s in stages], device=device, config_path=config_path)

@@ -1,0 +1,252 @@
+"""Measure one pipeline on one dataset (pytest-free).
+
+Order per stage: warm-up on the first input, memory pass and FLOPs pass over every input (both
+untimed; their outputs become the next stage's inputs, so cascades are measured on inputs
+generated beforehand and the bridging IO is never in a number), then the timing pass over all
+stages, which the caller drives (pytest-benchmark's pedantic) through ``TimedRounds``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .measure.device import Device
+from .measure.determinism import runtime_info, seed_everything, set_threads
+from .measure.flops import count_flops
+from .measure.memory import MemoryProbe, resolve_memory_method
+from .measure.record import Metric
+
+METRICS = ("runtime_s", "peak_rss_mib", "peak_delta_mib", "device_peak_mib", "flops")
+SUMMED = ("runtime_s", "flops")  # cascades: runtime and FLOPs add up, memory peaks take the max
+
+
+@dataclass
+class RunSettings:
+    device: Device
+    repeat: int = 1
+    warmup: int = 2
+    memory: str = "vmhwm"
+    flops: str = "torch"
+    threads: int = 1
+    seed: int = 1
+
+
+@dataclass
+class StageResult:
+    name: str
+    metrics: dict[str, Metric] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
+
+
+@dataclass
+class Measurement:
+    """Everything one benchmark measured; filled stage by stage so a crash keeps what was measured."""
+
+    case_id: str
+    model_type: str
+    stages: list[StageResult] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    outputs: list[Any] = field(default_factory=list, repr=False)  # final stage outputs (not saved)
+
+    @property
+    def totals(self) -> dict[str, Metric]:
+        return aggregate(self.stages)
+
+    def metric(self, name: str, stage: str | None = None) -> Metric | None:
+        if stage is None:
+            return self.totals.get(name)
+        for result in self.stages:
+            if result.name == stage:
+                return result.metrics.get(name)
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case_id,
+            "model_type": self.model_type,
+            **self.info,
+            "metrics": {k: m.to_dict() for k, m in self.totals.items()},
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
+    if not stages:
+        return {}
+    if len(stages) == 1:
+        return dict(stages[0].metrics)
+    out: dict[str, Metric] = {}
+    for name in METRICS:
+        parts = [(s.name, s.metrics.get(name)) for s in stages]
+        missing = [(n, m) for n, m in parts if m is None or m.value is None]
+        methods = sorted({m.method for _, m in parts if m is not None})
+        method = methods[0] if len(methods) == 1 else "+".join(methods)
+        if missing:
+            reason = "; ".join(f"{n}: {m.reason if m else 'not measured'}" for n, m in missing)
+            out[name] = Metric.missing(method, reason)
+            continue
+        values = [m.value for _, m in parts]
+        how = "sum" if name in SUMMED else "max"
+        out[name] = Metric(sum(values) if how == "sum" else max(values), method, details={"over_stages": how})
+    return out
+
+
+def _mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
+    """A stage's memory metric: the max over samples (a peak is a peak); mean kept in details."""
+    metrics = [m[name] for m in per_sample]
+    values = [m.value for m in metrics if m.value is not None]
+    if len(values) != len(metrics):
+        first = next(m for m in metrics if m.value is None)
+        return Metric.missing(first.method, first.reason or "not measured")
+    return Metric(max(values), metrics[0].method, details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})
+
+
+class StageMeasurer:
+    """The untimed passes of one stage: warm-up, memory, device peak, FLOPs."""
+
+    def __init__(self, settings: RunSettings):
+        self.settings = settings
+        method, self.memory_fallback = resolve_memory_method(settings.memory)
+        self.memory = MemoryProbe(method)
+
+    def _synced(self, stage, x):
+        out = stage.forward(x)
+        self.settings.device.synchronize()
+        return out
+
+    def measure(self, stage, inputs: Sequence[Any]) -> tuple[StageResult, list[Any]]:
+        result = StageResult(stage.name)
+        device = self.settings.device
+        for _ in range(self.settings.warmup):
+            self._synced(stage, inputs[0])
+
+        outputs: list[Any] | None = None
+        if self.settings.memory != "off" or device.name != "cpu":
+            per_sample, device_peaks, outputs = [], [], []
+            for x in inputs:
+                device.reset_peak()
+                out, mem = self.memory.measure(self._synced, stage, x)
+                device_peaks.append(device.peak_mib())
+                per_sample.append(mem)
+                outputs.append(out)
+            result.metrics["peak_rss_mib"] = _mib_summary(per_sample, "peak_rss_mib")
+            result.metrics["peak_delta_mib"] = _mib_summary(per_sample, "peak_delta_mib")
+            if self.memory_fallback:
+                for name in ("peak_rss_mib", "peak_delta_mib"):
+                    result.metrics[name].details["fallback"] = self.memory_fallback
+            result.metrics["device_peak_mib"] = _mib_summary([{"d": d} for d in device_peaks], "d")
+        else:
+            off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
+            result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
+
+        flop_counts, flop_outputs = [], []
+        for x in inputs:
+            out, metric = count_flops(self.settings.flops, self._synced, stage, x)
+            flop_counts.append(metric)
+            flop_outputs.append(out)
+        values = [m.value for m in flop_counts]
+        if any(v is None for v in values):
+            first = next(m for m in flop_counts if m.value is None)
+            result.metrics["flops"] = Metric.missing(first.method, first.reason or "not counted")
+        else:
+            # deterministic models give one count per sample; the mean is what upstream reports
+            result.metrics["flops"] = Metric(sum(values) / len(values), flop_counts[0].method,
+                                             details={"per_sample": values, **{k: v for k, v in flop_counts[0].details.items() if k != "by_op"}})
+        return result, outputs if outputs is not None else flop_outputs
+
+
+class TimedRounds:
+    """One round = one sample through every stage on its pre-generated inputs, each stage clocked.
+
+    Driven by pytest-benchmark (``benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count)``)
+    or by ``run_all`` outside pytest. The stage clocks use the same timer as pytest-benchmark.
+    """
+
+    def __init__(self, stages: Sequence[Any], stage_inputs: Sequence[Sequence[Any]], device: Device, repeat: int,
+                 timer: Callable[[], float] = time.perf_counter):
+        self.stages = list(stages)
+        self.stage_inputs = stage_inputs
+        self.device = device
+        self.timer = timer
+        self.n_samples = len(stage_inputs[0])
+        self.count = self.n_samples * repeat
+        self.durations: list[list[float]] = [[] for _ in self.stages]
+        self._next = 0
+
+    def setup(self):
+        index = self._next % self.n_samples
+        self._next += 1
+        return (index,), {}
+
+    def run(self, index: int) -> None:
+        timer, sync = self.timer, self.device.synchronize
+        for s, stage in enumerate(self.stages):
+            x = self.stage_inputs[s][index]
+            start = timer()
+            stage.forward(x)
+            sync()
+            self.durations[s].append(timer() - start)
+
+    def run_all(self) -> None:
+        for _ in range(self.count):
+            args, _ = self.setup()
+            self.run(*args)
+
+    def runtime_metrics(self, method: str) -> list[Metric]:
+        out = []
+        for durations in self.durations:
+            if not durations:
+                out.append(Metric.missing(method, "no timed round ran"))
+                continue
+            mean = sum(durations) / len(durations)
+            out.append(Metric(mean, method, details={"rounds": len(durations), "min": min(durations), "max": max(durations)}))
+        return out
+
+
+def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
+                     drive_timing: Callable[[TimedRounds], str] | None = None,
+                     measurement: Measurement | None = None) -> Measurement:
+    """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description."""
+    if not samples:
+        raise ValueError("empty dataset")
+    measurement = measurement or Measurement(case_id, pipeline.model_type)
+    threads = set_threads(settings.threads)
+    seed_everything(settings.seed)
+    measurement.info.update(
+        device=settings.device.describe(),
+        threads=threads,
+        runtime=runtime_info(),
+        samples=len(samples),
+        repeat=settings.repeat,
+        warmup=settings.warmup,
+        assets=pipeline.assets(),
+    )
+    measurer = StageMeasurer(settings)
+    inputs = [pipeline.prepare_sample(s) for s in samples]
+    stage_inputs: list[list[Any]] = []
+    outputs: list[Any] = []
+    for stage in pipeline.stages:
+        stage_inputs.append(inputs)
+        result, outputs = measurer.measure(stage, inputs)
+        measurement.stages.append(result)
+        inputs = [stage.to_next_input(o) for o in outputs]
+    measurement.outputs = outputs
+
+    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat)
+    if drive_timing is None:
+        rounds.run_all()
+        timer = "time.perf_counter"
+    else:
+        timer = drive_timing(rounds)
+    method = f"timer:{timer}"
+    for result, metric in zip(measurement.stages, rounds.runtime_metrics(method)):
+        metric.details["device"] = settings.device.name
+        metric.details["threads"] = threads
+        result.metrics["runtime_s"] = metric
+    # the runtime goes first in every stage's metrics, as in the table
+    for result in measurement.stages:
+        result.metrics = {k: result.metrics[k] for k in METRICS if k in result.metrics}
+    return measurement

@@ -1,0 +1,158 @@
+"""Every pytest-s2st setting in one table: command-line flag, ini twin, config key, parser, default.
+
+Precedence (highest first): an explicit command-line flag, the config's ``general`` section,
+the ini value (``[tool.pytest.ini_options]``), the built-in default. Parsers raise ValueError
+with a message that names the expected form; callers add where the value came from.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+def positive_int(value: Any) -> int:
+    try:
+        out = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"must be an integer > 0, got {value!r}") from None
+    if out <= 0 or isinstance(value, float) and value != out:
+        raise ValueError(f"must be an integer > 0, got {value!r}")
+    return out
+
+
+def non_negative_int(value: Any) -> int:
+    try:
+        out = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"must be an integer >= 0, got {value!r}") from None
+    if out < 0:
+        raise ValueError(f"must be an integer >= 0, got {value!r}")
+    return out
+
+
+def choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, got {value!r}")
+        return text
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def text(value: Any) -> str:
+    out = str(value).strip()
+    if not out:
+        raise ValueError("must not be empty")
+    return out
+
+
+def boolean(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"must be true or false, got {value!r}")
+
+
+COMPARE_METRICS = ("runtime_s", "peak_rss_mib", "peak_delta_mib", "device_peak_mib", "flops")
+
+
+@dataclass(frozen=True)
+class CompareLimit:
+    metric: str
+    limit: float
+    percent: bool
+
+    def exceeded(self, old: float | None, new: float | None) -> float | None:
+        """The regression (new - old, in % or units) when it passes the limit, else None."""
+        if old is None or new is None:
+            return None
+        change = new - old
+        if self.percent:
+            if old == 0:
+                return None if new == 0 else float("inf")
+            change = 100.0 * change / abs(old)
+        return change if change > self.limit else None
+
+    def __str__(self) -> str:
+        return f"{self.metric}:{self.limit:g}{'%' if self.percent else ''}"
+
+
+_LIMIT_RE = re.compile(r"^(?P<metric>[a-z_]+):(?P<value>\d+(?:\.\d+)?)(?P<pct>%?)$")
+
+
+def compare_limits(value: Any) -> tuple[CompareLimit, ...]:
+    """'peak_delta_mib:10%,flops:1%,runtime_s:0.5' -> limits (percent, or absolute in the metric's unit)."""
+    items = [part.strip() for part in str(value).split(",") if part.strip()]
+    if not items:
+        raise ValueError("must be metric:limit[%],... e.g. peak_delta_mib:10%,flops:1%")
+    out = []
+    for item in items:
+        match = _LIMIT_RE.match(item)
+        if not match:
+            raise ValueError(f"bad item {item!r}: expected metric:limit or metric:limit% (e.g. runtime_s:5%)")
+        if match["metric"] not in COMPARE_METRICS:
+            raise ValueError(f"unknown metric {match['metric']!r} in {item!r}; known: {', '.join(COMPARE_METRICS)}")
+        out.append(CompareLimit(match["metric"], float(match["value"]), bool(match["pct"])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str            # attribute / ini suffix / config key
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    per_case: bool = True  # may the config's general section set it?
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--s2st-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "s2st_" + self.name
+
+    @property
+    def dest(self) -> str:
+        return "s2st_" + self.name
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...)", metavar="TYPE"),
+    Setting("dataset_path", text, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
+    Setting("dataset_type", choice("npy", "raw"), "npy", "dataset format: npy or raw (tsv manifest of audio files)"),
+    Setting("dataset_size", positive_int, None, "use only the first N samples", metavar="N"),
+    Setting("repeat", positive_int, 1, "timed runs per sample (runtime is their mean)", metavar="N"),
+    Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
+    Setting("device", choice("auto", "cpu", "cuda", "npu"), "cpu", "device to run on: auto, cpu, cuda or npu"),
+    Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
+    Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
+    Setting("flops", choice("torch", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level), papi (hardware counters), off"),
+    Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
+    Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),
+    Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def argparse_type(setting: Setting) -> Callable[[str], Any]:
+    """Wrap a parser so argparse reports a bad value as a usage error with our message."""
+
+    def convert(value: str) -> Any:
+        try:
+            return setting.parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = setting.name
+    return convert

@@ -1,0 +1,81 @@
+"""Shared builders for pytester sessions: a tiny callable model, an npy dataset, a config."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+MODEL_PY = '''
+import numpy as np
+
+def build_numpy(scale=1.0):
+    """A pure-numpy model: no torch, so the torch FLOP counter must say it saw nothing."""
+    def forward(sample):
+        x = np.asarray(sample["net_input"]["src_tokens"], dtype=np.float32)
+        return x * scale
+    return forward
+
+def build_linear(hidden=32):
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(80, hidden, bias=False)
+    def forward(sample):
+        with torch.inference_mode():
+            return layer(torch.as_tensor(sample["net_input"]["src_tokens"], dtype=torch.float32))
+    return forward
+
+def build_second(hidden=32):
+    import torch
+    torch.manual_seed(1)
+    layer = torch.nn.Linear(hidden, 8, bias=False)
+    def forward(x):
+        with torch.inference_mode():
+            return layer(x)
+    return forward
+
+def build_alloc(mib=64):
+    def forward(sample):
+        buf = np.ones(mib * 2**20 // 8, dtype=np.float64)
+        return float(buf[-1])
+    return forward
+
+def not_a_factory_value():
+    return 42
+
+NOT_CALLABLE = 3
+'''
+
+
+def make_dataset(path: Path, n: int = 3, frames: int = 20, dim: int = 80) -> Path:
+    samples = [
+        {"id": i, "net_input": {"src_tokens": np.full((frames, dim), 0.01 * (i + 1), dtype=np.float32),
+                                "src_lengths": np.array([frames])}}
+        for i in range(n)
+    ]
+    arr = np.empty(len(samples), dtype=object)
+    arr[:] = samples
+    np.save(path, arr, allow_pickle=True)
+    return path
+
+
+def write_case(root: Path, name: str, stages: list[str], general_extra: str = "", stage_extra: str = "") -> Path:
+    """A callable config over models.py in root; stages are factory names in models.py."""
+    (root / "models.py").write_text(MODEL_PY)
+    if not (root / "data.npy").exists():
+        make_dataset(root / "data.npy")
+    body = f"general:\n  name: {name}\n  model_type: callable\n  dataset_path: data.npy\n"
+    body += textwrap.indent(textwrap.dedent(general_extra), "  ") if general_extra else ""
+    for i, factory in enumerate(stages, start=1):
+        body += f"stage{i}:\n  entry: models.py:{factory}\n"
+        if stage_extra:
+            body += textwrap.indent(textwrap.dedent(stage_extra), "  ")
+    path = root / f"{name}.yaml"
+    path.write_text(body)
+    return path
+
+
+BENCH_TEST = '''
+def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+'''

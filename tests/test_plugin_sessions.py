@@ -1,0 +1,203 @@
+"""Real pytest sessions of the plugin (pytester): parametrization, table, JSON, budgets, verdicts."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import BENCH_TEST, write_case
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+FAST = ["-p", "no:cacheprovider", "--s2st-warmup=0", "--benchmark-disable-gc"]
+
+
+def saved_json(pytester) -> dict:
+    files = sorted(pytester.path.glob(".benchmarks/*/*.json"))
+    assert files, "no benchmark JSON saved"
+    return json.loads(files[-1].read_text())
+
+
+def test_one_case_per_config_with_stable_ids(pytester):
+    a = write_case(pytester.path, "lin", ["build_linear"])
+    b = write_case(pytester.path, "np", ["build_numpy"])
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={a}", f"--s2st-config={b}", "-v", "--benchmark-autosave")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*test_inference?callable-lin? PASSED*",
+        "*test_inference?callable-np? PASSED*",
+        "*s2st: runtime per sample, peak memory, FLOPs*",
+        "Name*runtime/sample*peak RSS*peak delta*device peak*FLOPs*methods*",
+    ])
+    data = saved_json(pytester)
+    rows = {b["name"]: b["extra_info"]["s2st"] for b in data["benchmarks"]}
+    lin = rows["test_inference[callable-lin]"]
+    # Linear(80 -> 32, no bias) on a (20, 80) input: 2*20*80*32 FLOPs per sample, counted by torch
+    assert lin["metrics"]["flops"]["value"] == 2 * 20 * 80 * 32
+    assert lin["metrics"]["flops"]["method"].startswith("torch")
+    assert lin["metrics"]["runtime_s"]["value"] > 0
+    assert lin["metrics"]["runtime_s"]["details"]["threads"] == 1
+    assert lin["metrics"]["peak_rss_mib"]["value"] > lin["metrics"]["peak_delta_mib"]["value"] >= 0
+    assert lin["metrics"]["peak_rss_mib"]["method"] in ("vmhwm", "memory_profiler")
+    assert lin["device"]["name"] == "cpu" and lin["threads"] == 1 and lin["samples"] == 3
+    assert any(path.endswith("models.py") for path in lin["assets"])
+    # a pure-numpy model dispatches no torch op: FLOPs are null with the reason, never 0
+    flops = rows["test_inference[callable-np]"]["metrics"]["flops"]
+    assert flops["value"] is None and "no torch operation" in flops["reason"]
+    result.stdout.fnmatch_lines(["*flops n/a: *no torch operation*"])
+
+
+def test_cascade_reports_each_stage_and_totals(pytester):
+    cfg = write_case(pytester.path, "two", ["build_linear", "build_second"])
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    s2st = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]
+    stages = {s["name"]: s["metrics"] for s in s2st["stages"]}
+    assert list(stages) == ["stage1", "stage2"]
+    # stage2 is measured on stage1's outputs: Linear(32 -> 8) on (20, 32)
+    assert stages["stage2"]["flops"]["value"] == 2 * 20 * 32 * 8
+    assert s2st["metrics"]["flops"]["value"] == stages["stage1"]["flops"]["value"] + stages["stage2"]["flops"]["value"]
+    total_rt = s2st["metrics"]["runtime_s"]["value"]
+    assert total_rt == pytest.approx(stages["stage1"]["runtime_s"]["value"] + stages["stage2"]["runtime_s"]["value"])
+    assert s2st["metrics"]["peak_rss_mib"]["value"] == max(s["peak_rss_mib"]["value"] for s in stages.values())
+    result.stdout.fnmatch_lines(["*test_inference*", "  stage1 *", "  stage2 *"])
+
+
+BUDGET_TEST = '''
+import pytest
+
+@pytest.mark.s2st_budget(flops=1)
+def test_over_flops(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+@pytest.mark.s2st_budget(flops=1e12, peak_delta_mib=10_000)
+def test_within(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+@pytest.mark.s2st_budget(device_peak_mib=100)
+def test_unmeasurable(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+'''
+
+
+def test_budget_verdicts_become_outcomes(pytester):
+    cfg = write_case(pytester.path, "lin", ["build_linear"])
+    pytester.makepyfile(test_budget=BUDGET_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "-v", "--strict-markers", "--benchmark-json=out.json")
+    assert result.parseoutcomes() == {"passed": 1, "failed": 1, "inconclusive": 1}
+    assert result.ret == 1
+    result.stdout.fnmatch_lines([
+        "*test_over_flops*FAILED*",
+        "*test_within*PASSED*",
+        "*test_unmeasurable*INCONCLUSIVE*",
+        f"*flops: measured {2 * 20 * 80 * 32} > budget 1 (method torch*",
+        "*s2st INCONCLUSIVE*",
+        "*device_peak_mib: no value to check against budget 100 (no device memory on cpu*",
+        "*1 failed, 1 passed*1 inconclusive*",
+    ])
+    benches = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
+    assert benches["test_unmeasurable[callable-lin]"]["verdict"]["status"] == "INCONCLUSIVE"
+    assert benches["test_within[callable-lin]"]["verdict"]["status"] == "PASS"
+
+
+def test_inconclusive_alone_passes_the_session_unless_strict(pytester):
+    cfg = write_case(pytester.path, "lin", ["build_linear"])
+    pytester.makepyfile(test_budget='''
+import pytest
+
+@pytest.mark.s2st_budget(device_peak_mib=100)
+def test_unmeasurable(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+''')
+    lenient = pytester.runpytest(*FAST, f"--s2st-config={cfg}")
+    assert lenient.parseoutcomes() == {"inconclusive": 1}
+    assert lenient.ret == 0
+    strict = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-strict")
+    strict.assert_outcomes(failed=1)
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines(["*INCONCLUSIVE (failing under --s2st-strict)*"])
+
+
+def test_markers_are_registered_with_help(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.s2st_budget(*", "@pytest.mark.s2st_models(*"])
+
+
+def test_models_marker_selects_cases(pytester):
+    a = write_case(pytester.path, "lin", ["build_linear"])
+    b = write_case(pytester.path, "np", ["build_numpy"])
+    pytester.makepyfile(test_sel='''
+import pytest
+
+@pytest.mark.s2st_models("callable-np")
+def test_only_np(s2st_case):
+    assert s2st_case.case_id == "callable-np"
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={a}", f"--s2st-config={b}", "-v", "--strict-markers")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_only_np?callable-np? PASSED*"])
+
+
+def test_compare_shows_deltas_and_compare_fail_names_the_row(pytester):
+    # above glibc's largest mmap threshold (32 MiB), so every call maps fresh pages and RSS rises
+    cfg = write_case(pytester.path, "alloc", ["build_alloc"], stage_extra="mib: 40\n")
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    first = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-autosave")
+    first.assert_outcomes(passed=1)
+    cfg.write_text(cfg.read_text().replace("mib: 40", "mib: 120"))
+    second = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-compare",
+                                "--s2st-compare-fail=peak_delta_mib:10%")
+    assert second.ret == 1
+    second.stdout.fnmatch_lines([
+        "*s2st: compared with the saved run*",
+        "*test_inference?callable-alloc?*MiB -> *MiB (+*%)*",
+        "*s2st regressions (--s2st-compare-fail)*",
+        "*test_inference?callable-alloc?: peak_delta_mib regressed +*%*limit peak_delta_mib:10%*",
+    ])
+    # the same run without a limit passes: the comparison alone never fails
+    third = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-compare")
+    assert third.ret == 0
+    # pytest-benchmark's own compare command reads the files we saved
+    files = sorted(pytester.path.glob(".benchmarks/*/*.json"))
+    cmd = [sys.executable, "-m", "pytest_benchmark", "--storage", str(pytester.path / ".benchmarks"), "compare", "0001"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=pytester.path)
+    assert out.returncode == 0, out.stderr
+    assert "test_inference[callable-alloc]" in out.stdout and files
+
+
+def test_cli_flags_win_over_general_which_wins_over_ini(pytester):
+    cfg = write_case(pytester.path, "lin", ["build_linear"], general_extra="repeat: 3\ndataset_size: 2\n")
+    pytester.makeini("[pytest]\ns2st_repeat = 5\ns2st_warmup = 0\ns2st_memory = off\n")
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--benchmark-json=a.json").assert_outcomes(passed=1)
+    pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-repeat=1", "--benchmark-json=b.json").assert_outcomes(passed=1)
+    a = json.loads((pytester.path / "a.json").read_text())["benchmarks"][0]
+    b = json.loads((pytester.path / "b.json").read_text())["benchmarks"][0]
+    # general.repeat=3 beats the ini's 5; 2 samples x 3 repeats = 6 timed rounds
+    assert a["extra_info"]["s2st"]["repeat"] == 3 and a["stats"]["rounds"] == 6
+    assert b["extra_info"]["s2st"]["repeat"] == 1 and b["stats"]["rounds"] == 2
+    # the ini's memory=off applies where neither flag nor config says otherwise
+    assert a["extra_info"]["s2st"]["metrics"]["peak_rss_mib"]["value"] is None
+    assert a["extra_info"]["s2st"]["metrics"]["peak_rss_mib"]["reason"].startswith("memory measurement disabled")
+
+
+def test_importing_the_plugin_does_not_import_heavy_modules():
+    code = ("import sys, pytest_s2st.plugin; "
+            "print(','.join(m for m in ('torch', 'fairseq', 'qwen_tts', 'torch_npu') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_collection_only_session_stays_torch_free(pytester):
+    cfg = write_case(pytester.path, "lin", ["build_linear"])
+    pytester.makepyfile(test_bench=BENCH_TEST + '''
+def test_zz_no_torch():
+    import sys
+    assert "torch" not in sys.modules
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-k", "no_torch")
+    result.assert_outcomes(passed=1)
