@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
-EXTRAS ?= dev,fairseq
+EXTRAS ?= dev,fairseq,papi
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 PYTEST_ARGS ?=

@@ -86,10 +86,11 @@ def check_writable_dir(path: str, where: str) -> Path:
 def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callable[[str], Any]) -> Case:
     overrides = {k: explicit[k] for k in ("model_type", "dataset_path") if k in explicit}
     config = load_config(path, known_model_types=known_model_types(), overrides=overrides)
-    settings = resolve_settings(config.general, explicit, ini, config.where)
+    where = lambda key: config.where(f"general.{key}")
+    settings = resolve_settings(config.general, explicit, ini, where)
     dataset = config.general.get("dataset_path")
     if dataset is not None and not Path(str(dataset)).exists():
-        raise S2STError(f"{config.where('dataset_path')}: dataset {dataset} does not exist")
+        raise S2STError(f"{where('dataset_path')}: dataset {dataset} does not exist")
     if settings.get("dump_dir"):
-        settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], config.where("dump_dir")))
+        settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], where("dump_dir")))
     return Case(config, settings)

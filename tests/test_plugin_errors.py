@@ -1,0 +1,156 @@
+"""Bad input ends in one clear line naming the file, key or value at fault — never a traceback."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from helpers import BENCH_TEST, write_case
+
+FAST = ["-p", "no:cacheprovider", "--s2st-warmup=0"]
+
+
+def assert_one_clear_line(result, *fragments: str) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text, text
+    lines = [line for line in text.splitlines() if all(f in line for f in fragments)]
+    assert lines, f"no line with {fragments!r} in:\n{text}"
+
+
+def run_usage(pytester, *args):
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest_subprocess(*FAST, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    return result
+
+
+@pytest.mark.parametrize("flag, value, fragment", [
+    ("--s2st-repeat", "0", "must be an integer > 0"),
+    ("--s2st-device", "tpu", "must be one of auto, cpu, cuda, npu"),
+    ("--s2st-memory", "rss", "must be one of vmhwm, memory_profiler, off"),
+    ("--s2st-dataset-size", "-3", "must be an integer > 0"),
+    ("--s2st-compare-fail", "peak_delta_mib=10", "expected metric:limit"),
+    ("--s2st-compare-fail", "speed:5%", "unknown metric 'speed'"),
+])
+def test_bad_option_value_is_a_usage_error(pytester, flag, value, fragment):
+    result = run_usage(pytester, f"{flag}={value}")
+    assert_one_clear_line(result, flag, fragment)
+
+
+def test_bad_ini_value_is_a_usage_error(pytester):
+    pytester.makeini("[pytest]\ns2st_threads = many\n")
+    result = run_usage(pytester)
+    assert_one_clear_line(result, "s2st_threads", "must be an integer > 0, got 'many'")
+
+
+def test_compare_fail_needs_a_compare(pytester):
+    result = run_usage(pytester, "--s2st-compare-fail=flops:1%")
+    assert_one_clear_line(result, "--s2st-compare-fail needs --benchmark-compare")
+
+
+def test_missing_config(pytester):
+    result = run_usage(pytester, "--s2st-config=nope.yaml")
+    assert_one_clear_line(result, "nope.yaml")
+
+
+def test_unreadable_config(pytester):
+    if os.geteuid() == 0:
+        cfg = pytester.path / "dir.yaml"
+        cfg.mkdir()  # root reads any file: a directory is the unreadable config here
+    else:
+        cfg = write_case(pytester.path, "x", ["build_numpy"])
+        cfg.chmod(0)
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "dir.yaml" if os.geteuid() == 0 else "x.yaml")
+
+
+def test_yaml_syntax_error_names_file_and_line(pytester):
+    cfg = pytester.path / "broken.yaml"
+    cfg.write_text("general:\n  model_type: callable\n  dataset_path: [unclosed\nstage1:\n  entry: a:b\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "broken.yaml:", "YAML syntax error")
+
+
+def test_duplicate_key_names_file_and_line(pytester):
+    cfg = pytester.path / "dup.yaml"
+    cfg.write_text("general:\n  model_type: callable\nstage1:\n  entry: a:b\nstage1:\n  entry: c:d\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "dup.yaml:5", "duplicate key 'stage1'", "line 3")
+
+
+def test_stage_not_a_mapping(pytester):
+    cfg = pytester.path / "list.yaml"
+    cfg.write_text("general:\n  model_type: callable\nstage1:\n  - entry\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "list.yaml", "stage1 must be a mapping")
+
+
+def test_unknown_model_type_lists_known_ones(pytester):
+    cfg = pytester.path / "mt.yaml"
+    cfg.write_text("general:\n  model_type: S2X\nstage1:\n  entry: a:b\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "mt.yaml", "unknown model_type 'S2X'", "callable")
+
+
+def test_missing_dataset(pytester):
+    cfg = write_case(pytester.path, "x", ["build_numpy"])
+    cfg.write_text(cfg.read_text().replace("data.npy", "missing.npy"))
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "x.yaml", "dataset_path", "missing.npy does not exist")
+
+
+def test_dataset_size_not_positive_in_config(pytester):
+    cfg = write_case(pytester.path, "x", ["build_numpy"], general_extra="dataset_size: 0\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "x.yaml:", "general.dataset_size", "must be an integer > 0, got 0")
+
+
+def test_unwritable_dump_dir(pytester):
+    blocker = pytester.path / "file"
+    blocker.write_text("not a directory")
+    cfg = write_case(pytester.path, "x", ["build_numpy"])
+    result = run_usage(pytester, f"--s2st-config={cfg}", f"--s2st-dump-dir={blocker}/sub")
+    assert_one_clear_line(result, "dump dir", "is not writable")
+
+
+@pytest.mark.parametrize("entry, fragment", [
+    ("no_such_module:build", "cannot be imported: ModuleNotFoundError"),
+    ("models.py:NOT_CALLABLE", "is not callable"),
+    ("models.py:not_a_factory_value", "returned int, not a callable"),
+    ("models.py:nothing_here", "has no attribute 'nothing_here'"),
+])
+def test_bad_entry_errors_the_test_with_one_line(pytester, entry, fragment):
+    cfg = write_case(pytester.path, "x", ["build_numpy"])
+    cfg.write_text(cfg.read_text().replace("models.py:build_numpy", entry))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}")
+    result.assert_outcomes(errors=1)
+    assert_one_clear_line(result, "x.yaml (stage1.entry)", fragment)
+
+
+def test_budget_marker_with_unknown_metric(pytester):
+    cfg = write_case(pytester.path, "x", ["build_numpy"])
+    pytester.makepyfile(test_budget='''
+import pytest
+
+@pytest.mark.s2st_budget(latency=1.0)
+def test_b(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+def test_other_tests_still_run():
+    pass
+''')
+    result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}")
+    result.assert_outcomes(errors=1, passed=1)
+    assert_one_clear_line(result, "s2st_budget: unknown metric 'latency'", "runtime_s")
+
+
+def test_bad_npy_structure_errors_with_the_file(pytester):
+    import numpy as np
+
+    cfg = write_case(pytester.path, "x", ["build_numpy"])
+    np.save(pytester.path / "data.npy", np.array([{"id": 0, "source": [1, 2]}], dtype=object), allow_pickle=True)
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}")
+    result.assert_outcomes(errors=1)
+    assert_one_clear_line(result, "data.npy", "net_input")
