@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
-EXTRAS ?= dev,fairseq,papi
+EXTRAS ?= dev,fairseq,papi,quality,qwen
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
 PYTEST_ARGS ?=
@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q $(TORCH)
 	echo "$(TORCH)" > $(VENV)/constraints.txt
 	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
+	case ",$(EXTRAS)," in *,quality,*) $(PY) -m pip install -q --no-deps resemblyzer==0.1.4;; esac
+	# qwen-tts imports torchaudio; PyPI has only CUDA torchaudio builds, whose compiled libs fail to load
+	# beside CPU torch. qwen-tts needs only torchaudio's pure-Python parts, and torchaudio treats a missing
+	# lib/*.so as "extension unavailable" -- so the libs are removed, and only when they fail to load.
+	case ",$(EXTRAS)," in *,qwen,*) $(PY) -c "import torchaudio" 2>/dev/null || rm -f "$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("torchaudio").origin).parent / "lib")')"/*.so;; esac
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 

@@ -1,22 +1,17 @@
 """Budgets (``@pytest.mark.s2st_budget``) checked against a Measurement -> PASS / FAIL / INCONCLUSIVE."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .errors import S2STError
-from .runner import METRICS, Measurement
+from .measure.record import Metric
+from .quality.verdict import FAIL, INCONCLUSIVE, PASS, Verdict  # one verdict type for budgets and the gate
+from .runner import METRICS
 
-PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
-
-
-@dataclass
-class Verdict:
-    status: str
-    reasons: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reasons": list(self.reasons)}
+# service metrics (s2st_load): <metric>_<statistic> over the measured requests of one concurrency level
+SERVICE_METRICS = tuple(f"{m}_{s}" for m in ("ttfa_s", "rtf", "latency_s") for s in ("mean", "p50", "p90", "p99")) + ("error_rate",)
+BUDGET_METRICS = METRICS + SERVICE_METRICS
+Lookup = Callable[[str, "str | None"], "Metric | None"]
 
 
 def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float], str | None]:
@@ -27,9 +22,9 @@ def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float
         if key == "stage":
             stage = str(value)
             continue
-        if key not in METRICS:
-            raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(METRICS)}, stage")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        if key not in BUDGET_METRICS:
+            raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(BUDGET_METRICS)}, stage")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and key != "error_rate"):
             raise S2STError(f"{where}: s2st_budget: {key} must be a number > 0, got {value!r}")
         limits[key] = float(value)
     if not limits:
@@ -41,13 +36,35 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def check_budget(measurement: Measurement, limits: Mapping[str, float], stage: str | None = None) -> Verdict:
+def service_lookup(data: Mapping[str, Any]) -> Lookup:
+    """Budget lookup over one s2st_load result (its summary), e.g. 'ttfa_s_p99' -> summary['ttfa_s']['p99']."""
+    summary = data.get("summary") or {}
+
+    def lookup(name: str, stage: str | None) -> Metric | None:
+        if name not in SERVICE_METRICS:
+            return None
+        if name == "error_rate":
+            value = summary.get("error_rate")
+        else:
+            metric, _, stat = name.rpartition("_")
+            value = (summary.get(metric) or {}).get(stat)
+        method = "client time.perf_counter"
+        if value is None:
+            reasons = summary.get("reasons") or {}
+            return Metric.missing(method, reasons.get("all") or "no completed request to compute it from")
+        return Metric(float(value), method)
+
+    return lookup
+
+
+def check_budget(lookup: Lookup, limits: Mapping[str, float], stage: str | None = None,
+                 stages: list[str] | None = None) -> Verdict:
     failures, missing = [], []
-    if stage is not None and stage not in [s.name for s in measurement.stages]:
-        return Verdict(INCONCLUSIVE, [f"budget names stage {stage!r}, measured stages: {', '.join(s.name for s in measurement.stages)}"])
+    if stage is not None and stages is not None and stage not in stages:
+        return Verdict(INCONCLUSIVE, [f"budget names stage {stage!r}, measured stages: {', '.join(stages)}"])
     scope = f" (stage {stage})" if stage else ""
     for name, limit in limits.items():
-        metric = measurement.metric(name, stage)
+        metric = lookup(name, stage)
         if metric is None or metric.value is None:
             reason = metric.reason if metric is not None else "not measured"
             missing.append(f"{name}{scope}: no value to check against budget {_fmt(limit)} ({reason})")

@@ -13,7 +13,7 @@ import pytest
 from .errors import S2STError
 from .settings import SETTINGS, argparse_type
 
-S2ST_FIXTURES = {"s2st_case", "s2st_pipeline", "s2st_dataset"}
+S2ST_FIXTURES = {"s2st_case", "s2st_pipeline", "s2st_dataset", "s2st_service", "s2st_workload"}
 MEASUREMENT_KEY = pytest.StashKey["Any"]()
 VERDICT_KEY = pytest.StashKey["Any"]()
 
@@ -21,6 +21,11 @@ MARKERS = {
     "s2st_budget(runtime_s=, peak_rss_mib=, peak_delta_mib=, device_peak_mib=, flops=, stage=None)":
                    "fail the test when a measured metric is over its limit; a budgeted metric that could not be "
                    "measured makes the test INCONCLUSIVE (a failure under --s2st-strict).",
+    "s2st_gate(scorer_id=, min_improvement_pct=, max_error_rate_increase=, max_speaker_drop=, max_duration_change_pct=, "
+    "max_ttfa_regression_pct=, speed_metric=, aggregate=)":
+                   "quality gate of a service benchmark (s2st_load): the frozen policy, over the config's `quality:` "
+                   "section; the candidate is judged against the baseline: PASS passes, FAIL fails, missing evidence "
+                   "is INCONCLUSIVE.",
     "s2st_models(*names)": "run this benchmark only on the configured cases whose model_type or case id "
                    "is one of names (e.g. 'S2UT', 'TTS-tiny').",
 }
@@ -34,6 +39,9 @@ class S2STSession:
     explicit: dict[str, Any]
     cases: list[Any] | None = None
     results: list[tuple[Any, Any]] = field(default_factory=list)  # (item, Measurement)
+    service_results: list[tuple[Any, dict]] = field(default_factory=list)  # (item, load summary)
+    evidence_root: Any = None
+    plots: list[str] = field(default_factory=list)
     inconclusive: list[tuple[str, list[str]]] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)
 
@@ -116,9 +124,15 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if not S2ST_FIXTURES & set(metafunc.fixturenames):
+    names = set(metafunc.fixturenames)
+    needs_case, needs_level = bool(S2ST_FIXTURES & names), "s2st_concurrency" in names
+    if not (needs_case or needs_level):
         return
     state = _session(metafunc.config)
+    if not needs_case:
+        levels = state.option("concurrency")
+        metafunc.parametrize("s2st_concurrency", levels, ids=[f"c{c}" for c in levels], scope="session")
+        return
     try:
         cases = state.load_cases()
     except S2STError as exc:
@@ -127,11 +141,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker:
         wanted = {str(a) for a in marker.args}
         cases = [c for c in cases if c.model_type in wanted or c.case_id in wanted]
-    metafunc.parametrize("s2st_case", cases, ids=[c.case_id for c in cases], indirect=True, scope="session")
+    if not needs_level:
+        metafunc.parametrize("s2st_case", cases, ids=[c.case_id for c in cases], indirect=True, scope="session")
+        return
+    # each case brings its own levels (general.concurrency), so case and level are parametrized together
+    pairs = [(c, level) for c in cases for level in c.settings["concurrency"]]
+    metafunc.parametrize(["s2st_case", "s2st_concurrency"], pairs, ids=[f"{c.case_id}-c{level}" for c, level in pairs],
+                         indirect=["s2st_case"], scope="session")
 
 
-def _fail(exc: S2STError) -> None:
-    pytest.fail(str(exc), pytrace=False)
+def _fail(exc: "S2STError | str") -> None:
+    """Fail the test with one line: no traceback, no "During handling of the above exception"."""
+    __tracebackhide__ = True
+    raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 @pytest.fixture(scope="session")
@@ -222,23 +244,43 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
 
 def _item_verdict(item: pytest.Item):
-    from .budget import PASS, Verdict, check_budget, parse_budget
+    """Budgets and evidence of one test -> the worst verdict (FAIL > INCONCLUSIVE > PASS), or None."""
+    from .budget import FAIL, INCONCLUSIVE, PASS, Verdict, check_budget, parse_budget, service_lookup
 
     measurement = item.stash.get(MEASUREMENT_KEY, None)
-    markers = list(item.iter_markers("s2st_budget"))
-    if not markers:
-        return None
+    service = item.stash.get(_service_key(), None)
     verdicts = []
-    for marker in markers:
+    for marker in item.iter_markers("s2st_budget"):
         limits, stage = parse_budget(marker.kwargs, item.nodeid)
-        if measurement is None:
-            verdicts.append(Verdict("INCONCLUSIVE", ["s2st_budget set but the test measured nothing (call s2st_benchmark)"]))
+        if measurement is not None:
+            verdicts.append(check_budget(measurement.metric, limits, stage, [s.name for s in measurement.stages]))
+        elif service is not None:
+            verdicts.append(check_budget(service_lookup(service), limits))
         else:
-            verdicts.append(check_budget(measurement, limits, stage))
-    order = {"FAIL": 0, "INCONCLUSIVE": 1, PASS: 2}
+            verdicts.append(Verdict(INCONCLUSIVE, ["s2st_budget set but the test measured nothing "
+                                                   "(call s2st_benchmark or s2st_load)"]))
+    if service is not None:
+        from .plugin_service import gate_verdict, service_evidence_reasons
+
+        reasons = service_evidence_reasons(service)
+        verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))
+        gate = gate_verdict(service)
+        if gate is not None:
+            verdicts.append(gate)
+    if not verdicts:
+        return None
+    order = {FAIL: 0, INCONCLUSIVE: 1, PASS: 2}
     worst = min(verdicts, key=lambda v: order[v.status])
-    reasons = [r for v in verdicts if v.status == worst.status for r in v.reasons]
-    return Verdict(worst.status, reasons)
+    reasons = [r for v in verdicts if v.status != PASS for r in v.reasons]
+    # a speedup is reported only when everything passed
+    speedup = next((v.speedup for v in verdicts if v.speedup), None) if worst.status == PASS else None
+    return Verdict(worst.status, reasons, speedup=speedup)
+
+
+def _service_key():
+    from .plugin_service import SERVICE_KEY
+
+    return SERVICE_KEY
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -269,12 +311,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report.s2st_verdict = verdict.status
     report.s2st_reasons = list(verdict.reasons)
     benchmark = getattr(item, "funcargs", {}).get("benchmark")
-    if benchmark is not None and "s2st" in benchmark.extra_info:
-        benchmark.extra_info["s2st"]["verdict"] = verdict.to_dict()
+    for key in ("s2st", "s2st_service"):
+        if benchmark is not None and key in benchmark.extra_info:
+            benchmark.extra_info[key]["verdict"] = verdict.to_dict()
     state = _session(item.config)
     if verdict.status == "FAIL":
         report.outcome = "failed"
-        report.longrepr = "s2st budget exceeded:\n" + "\n".join(f"  {r}" for r in verdict.reasons)
+        report.longrepr = "s2st FAIL:\n" + "\n".join(f"  {r}" for r in verdict.reasons)
     elif verdict.status == "INCONCLUSIVE":
         state.inconclusive.append((item.nodeid, verdict.reasons))
         if state.option("strict"):
@@ -312,7 +355,16 @@ def _compared(config: pytest.Config) -> dict[str, Any]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(SESSION_KEY, None)
-    if state is None or not state.results:
+    if state is None:
+        return
+    if state.service_results and state.option("plot"):
+        from .plot import plot_service
+
+        try:
+            state.plots += [str(p) for p in plot_service(state.service_results, state.option("plot"))]
+        except S2STError as exc:
+            state.plots.append(f"not written: {exc}")
+    if not state.results:
         return
     limits = state.option("compare_fail")
     if limits:
@@ -347,6 +399,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
                 for line in lines:
                     tr.write_line(line)
+    if state.service_results:
+        from .plugin_service import render_service_table
+
+        tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
+        for line in render_service_table(state.service_results):
+            tr.write_line(line)
+        for item, data in state.service_results:
+            gate = data.get("gate")
+            if gate:
+                speedup = ", ".join(f"{k} {v:.3f}x" for k, v in sorted((gate.get("speedup") or {}).items()))
+                tr.write_line(f"gate {item.name}: {gate['status']} against {data.get('baseline_dir')}"
+                              + (f"; speedup ({data.get('policy', {}).get('speed_metric', 'rtf')}): {speedup}" if speedup else ""))
+        tr.write_line(f"evidence (requests.jsonl, wav/): {state.evidence_root}")
+        for path in state.plots:
+            tr.write_line(f"plot: {path}")
     if state.inconclusive:
         tr.write_sep("=", "s2st INCONCLUSIVE", yellow=True)
         for nodeid, reasons in state.inconclusive:

@@ -60,7 +60,7 @@ def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "
     return rows
 
 
-def _table(header: Sequence[str], body: list[list[str]]) -> list[str]:
+def table(header: Sequence[str], body: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [list(header)] + body) for i in range(len(header))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return [line(header), "-" * len(line(header))] + [line(r) for r in body]
@@ -80,7 +80,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
         cells.append(", ".join(dict.fromkeys(methods)))
         cells.append(row.status)
         body.append(cells)
-    return _table(header, body)
+    return table(header, body)
 
 
 def missing_notes(rows: Sequence[Row]) -> list[str]:
@@ -133,7 +133,7 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
             else:
                 cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
         body.append(cells)
-    return _table(header, body) if body else []
+    return table(header, body) if body else []
 
 
 def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:

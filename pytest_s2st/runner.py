@@ -110,7 +110,7 @@ class StageMeasurer:
     def __init__(self, settings: RunSettings):
         self.settings = settings
         method, self.memory_fallback = resolve_memory_method(settings.memory)
-        self.memory = MemoryProbe(method)
+        self.memory = MemoryProbe(method, self.memory_fallback)
 
     def _synced(self, stage, x):
         out = stage.forward(x)

@@ -32,6 +32,28 @@ def non_negative_int(value: Any) -> int:
     return out
 
 
+def positive_float(value: Any) -> float:
+    try:
+        out = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"must be a number > 0, got {value!r}") from None
+    if not out > 0:
+        raise ValueError(f"must be a number > 0, got {value!r}")
+    return out
+
+
+def int_list(value: Any) -> tuple[int, ...]:
+    """'1,4,8' or [1, 4, 8] -> (1, 4, 8): each a positive integer, no duplicates."""
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    try:
+        out = tuple(positive_int(v) for v in items if str(v).strip())
+    except ValueError:
+        raise ValueError(f"must be positive integers separated by commas (e.g. 1,4,8), got {value!r}") from None
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"must be distinct positive integers separated by commas (e.g. 1,4,8), got {value!r}")
+    return out
+
+
 def choice(*allowed: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         text = str(value).strip()
@@ -140,6 +162,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
     Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
+    # service benchmarks (s2st_service / s2st_load)
+    Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
+    Setting("endpoint", text, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
+    Setting("workload", text, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
+    Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
+    Setting("request_timeout", positive_float, 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
+    Setting("evidence_dir", text, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
+    Setting("baseline", text, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),
+    Setting("quality", text, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
+    Setting("plot", text, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -52,6 +52,15 @@ class Pipeline(Protocol):
 # model_type -> "module:factory". factory(stages: list[dict], *, device: str, config_path: Path) -> Pipeline
 REGISTRY: dict[str, str] = {
     "callable": "pytest_s2st.pipelines.callable:build",
+    "S2T": "pytest_s2st.pipelines.fairseq:build_s2t",
+    "MT": "pytest_s2st.pipelines.fairseq:build_mt",
+    "TTS": "pytest_s2st.pipelines.fairseq:build_tts",
+    "S2S": "pytest_s2st.pipelines.fairseq:build_s2s",
+    "S2UT": "pytest_s2st.pipelines.fairseq:build_s2ut",
+    "2StageS2ST": "pytest_s2st.pipelines.fairseq:build_2stage",
+    "3StageS2ST": "pytest_s2st.pipelines.fairseq:build_3stage",
+    "HubertUnits": "pytest_s2st.pipelines.fairseq:build_hubert_units",
+    "Qwen3TTS": "pytest_s2st.pipelines.qwen3tts:build",
 }
 
 KNOWN_MODEL_TYPES = tuple(REGISTRY)

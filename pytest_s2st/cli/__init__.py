@@ -1,0 +1,1 @@
+"""Console scripts (each module's main(argv) returns an exit code)."""

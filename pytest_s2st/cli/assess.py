@@ -1,0 +1,74 @@
+"""s2st-assess: judge a candidate run dir against a baseline run dir under a frozen policy.
+
+    s2st-assess --baseline DIR --candidate DIR [--quality scores.json | --score [--anchors DIR]
+                [--asr-model-dir DIR] [--write-scores PATH]] [--policy policy.json|yaml] [--json PATH]
+
+Exit codes (the seed's): 0 PASS, 1 FAIL, 2 INCONCLUSIVE. A bad input file (unreadable policy,
+malformed scores, corrupt requests.jsonl) is missing evidence too: one line on stderr, exit 2.
+Argument syntax errors are argparse's usage error, also exit 2.
+Without --policy, the policy saved with the baseline run (summary.json "policy") is used.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..errors import S2STError
+from ..quality.policy import Policy
+from ..quality.scores import load_scores
+from ..quality.verdict import EXIT_CODES, INCONCLUSIVE, assess
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="s2st-assess", description="Offline PASS / FAIL / INCONCLUSIVE verdict (exit 0 / 1 / 2).")
+    p.add_argument("--print-scorer-id", action="store_true",
+                   help="print the offline scorer's frozen id and identity (packages, model hashes) and exit; "
+                        "freeze it in the policy before measuring")
+    p.add_argument("--baseline", help="baseline run dir (requests.jsonl, wav/, summary.json)")
+    p.add_argument("--candidate", help="candidate run dir")
+    p.add_argument("--policy", help="frozen policy, JSON or YAML (default: the one saved with the baseline run)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--quality", help="independent scores JSON (scorer_id, baseline[], candidate[])")
+    src.add_argument("--score", action="store_true", help="score both runs here with the offline scorers")
+    p.add_argument("--anchors", help="with --score: dir of <voice>.wav anchor recordings")
+    p.add_argument("--asr-model-dir", help="with --score: local Whisper-style model dir for zh")
+    p.add_argument("--write-scores", help="with --score: save the scores JSON here")
+    p.add_argument("--json", help="also write the verdict as JSON here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.print_scorer_id:
+        from ..quality.scorers import get_scorer
+
+        scorer = get_scorer(args.anchors, args.asr_model_dir)
+        print(scorer.scorer_id)
+        print(json.dumps(scorer.identity(), indent=2, sort_keys=True))
+        return 0
+    if not args.baseline or not args.candidate:
+        parser.error("--baseline and --candidate are required")
+    try:
+        policy = Policy.load(args.policy) if args.policy else None
+        scores = load_scores(args.quality) if args.quality else None
+        if args.score:
+            from ..quality.scorers import get_scorer
+
+            scores = get_scorer(args.anchors, args.asr_model_dir).score_runs(args.baseline, args.candidate)
+            if args.write_scores:
+                scores.write(args.write_scores)
+        verdict = assess(args.baseline, args.candidate, policy, scores)
+    except S2STError as exc:
+        print(f"s2st-assess: {exc}", file=sys.stderr)
+        return EXIT_CODES[INCONCLUSIVE]
+    print(verdict.format())
+    if args.json:
+        Path(args.json).write_text(json.dumps(verdict.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return verdict.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

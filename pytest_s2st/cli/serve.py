@@ -1,0 +1,133 @@
+"""s2st-serve: the reference HTTP/SSE speech server around a configured pipeline (or a demo tone).
+
+    s2st-serve --s2st-config x.yaml --port P [--identity-output F] [--queue-size N]
+    s2st-serve --demo-tone --port 0 --identity-output F     # no model; port 0 = any free port
+
+Binds loopback only. The identity file (code version, asset hashes, device, threads, bound port)
+is written once the server listens; GET /health answers 200 from then on.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import S2STError
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def code_identity() -> dict[str, Any]:
+    from importlib import metadata
+
+    from ..service import server
+
+    try:
+        version = metadata.version("pytest-s2st")
+    except metadata.PackageNotFoundError:
+        version = None
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "package": "pytest-s2st",
+        "version": version,
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "server_module_sha256": _sha256(Path(server.__file__)),
+        "python": platform.python_version(),
+    }
+
+
+def _threads(asked: int | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"cpu_count": os.cpu_count(), "torch": None}
+    if "torch" in sys.modules:  # only when the pipeline itself loaded torch
+        torch = sys.modules["torch"]
+        if asked:
+            torch.set_num_threads(asked)
+        out["torch"] = torch.get_num_threads()
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="s2st-serve", description=__doc__.splitlines()[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--s2st-config", type=Path, help="benchmark YAML whose pipeline ends in speech")
+    src.add_argument("--demo-tone", action="store_true", help="no model: a deterministic sine per request")
+    p.add_argument("--port", type=int, required=True, help="TCP port (0: any free port, see the identity file)")
+    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    p.add_argument("--identity-output", type=Path, help="write the server identity JSON here")
+    p.add_argument("--queue-size", type=int, default=8, help="requests that may wait for the model (default 8)")
+    p.add_argument("--chunk-samples", type=int, default=4800, help="PCM samples per SSE audio event")
+    p.add_argument("--device", help="cpu | cuda | npu | auto (default: general.device, else cpu)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: general.threads)")
+    p.add_argument("--demo-delay-s", type=float, default=0.0, help="--demo-tone: seconds of simulated model time")
+    return p
+
+
+def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
+    """(synthesizer, identity part, close callable)."""
+    from ..service.server import demo_tone_synthesizer, pipeline_synthesizer
+
+    if args.demo_tone:
+        synth = demo_tone_synthesizer(delay_s=args.demo_delay_s)
+        return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
+                       "demo_delay_s": args.demo_delay_s}, lambda: None
+
+    from ..config import load_config
+    from ..measure.device import resolve_device
+    from ..pipelines.base import build_pipeline, known_model_types
+
+    cfg = load_config(args.s2st_config, known_model_types=known_model_types())
+    device = resolve_device(args.device or str(cfg.general.get("device") or "cpu"))
+    pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path)
+    threads = args.threads or cfg.general.get("threads")
+    return pipeline_synthesizer(pipeline), {
+        "model_type": cfg.model_type,
+        "config": {"path": str(cfg.path), "sha256": _sha256(cfg.path)},
+        "assets": pipeline.assets(),
+        "device": device.describe(),
+        "threads": _threads(int(threads) if threads else None),
+    }, pipeline.close
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ..service.server import check_loopback, run_server
+
+    try:
+        check_loopback(args.host)
+        if args.queue_size < 1 or args.chunk_samples < 1:
+            raise S2STError("--queue-size and --chunk-samples must be >= 1")
+        synth, model_identity, close = _build(args)
+        identity = {"code": code_identity(), **model_identity}
+        try:
+            run_server(synth, args.host, args.port, identity=identity, identity_path=args.identity_output,
+                       queue_size=args.queue_size, chunk_samples=args.chunk_samples)
+        finally:
+            close()
+    except S2STError as exc:
+        print(f"s2st-serve: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the port is taken
+        print(f"s2st-serve: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""s2st-stage OUT: build the tiny real fairseq models, datasets and configs into OUT."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import S2STError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="s2st-stage",
+        description="Build tiny real fairseq models (S2T, MT, TTS, S2S, S2UT + vocoders), a speech npy "
+                    "dataset, text datasets and one ready-to-run config per model type into OUT.")
+    parser.add_argument("out", type=Path, help="output directory (created; existing files are overwritten)")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default: the embedded default's)")
+    args = parser.parse_args(argv)
+    from ..stage import fairseq_tiny
+
+    try:
+        if args.out.exists() and not args.out.is_dir():
+            raise S2STError(f"{args.out}: exists and is not a directory")
+        seed = fairseq_tiny.SEED if args.seed is None else args.seed
+        result = fairseq_tiny.stage_all(args.out, seed=seed)
+    except S2STError as exc:
+        print(f"s2st-stage: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"s2st-stage: error: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    out = Path(result["out_dir"])
+    print(f"staged into {out} (seed {seed})")
+    print(f"{'model':<14} {'KiB':>7} {'build s':>8}  sha256")
+    for name, m in result["models"].items():
+        print(f"{name:<14} {m['bytes'] / 1024:>7.1f} {m['build_s']:>8.2f}  {m['sha256']}  "
+              f"{Path(m['path']).relative_to(out)}")
+    for name, p in result["datasets"].items():
+        print(f"dataset {name:<8} {Path(p).relative_to(out)}")
+    for name, p in result["configs"].items():
+        print(f"config  {name:<11} {Path(p).relative_to(out)}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

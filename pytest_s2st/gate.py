@@ -1,0 +1,61 @@
+"""The quality gate as pytest-s2st runs it (pytest-free): which policy, which baseline, which scores.
+
+Policy: the config's `quality:` section (minus the keys below), overridden by the s2st_gate marker.
+Plugin keys in `quality:`: `baseline` (a baseline config run in the same session, in paired AB/BA
+order), `anchors` (per-voice anchor WAVs for speaker similarity), `asr_model_dir` (a local
+Whisper-style model dir for languages pocketsphinx lacks).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import S2STError
+from .quality.policy import Policy
+
+PLUGIN_KEYS = ("baseline", "anchors", "asr_model_dir")
+
+
+def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, Any] | None, where: str) -> Policy | None:
+    if not quality and not marker_kwargs:
+        return None
+    if quality is not None and not isinstance(quality, Mapping):
+        raise S2STError(f"{where}: quality must be a mapping, got {type(quality).__name__}")
+    merged = {k: v for k, v in (quality or {}).items() if k not in PLUGIN_KEYS}
+    merged.update(marker_kwargs or {})
+    return Policy.from_mapping(merged, where)
+
+
+def needs_scores(policy: Policy) -> bool:
+    return policy.max_error_rate_increase is not None or policy.max_speaker_drop is not None
+
+
+def level_dir(root: str | Path, case_id: str, concurrency: int) -> Path:
+    return Path(root) / case_id / f"c{concurrency}"
+
+
+def baseline_from_compare(compared_mapping: Mapping[str, Mapping[str, Any]] | None, fullname: str) -> Path | None:
+    """The evidence dir of the same benchmark in the run --benchmark-compare loaded."""
+    for mapping in (compared_mapping or {}).values():
+        saved = mapping.get(fullname)
+        if saved:
+            service = (saved.get("extra_info") or {}).get("s2st_service") or {}
+            if service.get("evidence_dir"):
+                return Path(service["evidence_dir"])
+    return None
+
+
+def score(policy: Policy, baseline_dir: Path, candidate_dir: Path, quality: Mapping[str, Any] | None,
+          scores_file: str | None):
+    """Scores for the gate: the user's file, else the offline scorers (loaded once per process)."""
+    from .quality.scores import load_scores
+
+    if scores_file:
+        return load_scores(scores_file)
+    if not needs_scores(policy):
+        return None
+    from .quality.scorers import get_scorer
+
+    quality = quality or {}
+    scorer = get_scorer(quality.get("anchors"), quality.get("asr_model_dir"))
+    return scorer.score_runs(baseline_dir, candidate_dir)

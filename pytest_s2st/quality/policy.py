@@ -1,0 +1,100 @@
+"""The frozen quality policy: thresholds fixed before any candidate is measured, saved with each run.
+
+A candidate judged under a policy whose fingerprint differs from the baseline's is INCONCLUSIVE,
+so moving a threshold after seeing the numbers cannot turn a FAIL into a PASS.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import S2STError
+
+# Thresholds read from a scorer's output (ASR, speaker verifier): they need a frozen scorer_id.
+SCORED_THRESHOLDS = ("max_error_rate_increase", "max_speaker_drop")
+# Thresholds recomputed from the run dirs themselves (WAV lengths, request timings).
+RUN_THRESHOLDS = ("max_duration_change_pct", "max_ttfa_regression_pct", "min_improvement_pct")
+SPEED_METRICS = ("rtf", "ttfa_s")
+AGGREGATES = ("mean", "each")
+
+
+@dataclass(frozen=True)
+class Policy:
+    scorer_id: str | None = None
+    min_improvement_pct: float | None = None  # speed_metric must improve by at least this much, every concurrency
+    max_error_rate_increase: float | None = None  # absolute WER (en) / CER (zh) increase
+    max_speaker_drop: float | None = None  # cosine drop against the same voice anchor
+    max_duration_change_pct: float | None = None  # |candidate - baseline| / baseline per utterance
+    max_ttfa_regression_pct: float | None = None  # mean TTFA increase, every concurrency
+    speed_metric: str = "rtf"  # what speedup and min_improvement_pct are measured on
+    aggregate: str = "mean"  # per-utterance quality deltas: gate their mean, or "each" utterance
+
+    @classmethod
+    def from_mapping(cls, data: Any, where: str) -> "Policy":
+        if not isinstance(data, Mapping):
+            raise S2STError(f"{where}: policy must be a mapping, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise S2STError(f"{where}: unknown policy key {key!r}; known: {', '.join(sorted(known))}")
+            if value is None:
+                continue
+            if key == "scorer_id":
+                if not isinstance(value, str) or not value.strip():
+                    raise S2STError(f"{where}: scorer_id must be a non-empty string, got {value!r}")
+                values[key] = value.strip()
+            elif key == "speed_metric":
+                if value not in SPEED_METRICS:
+                    raise S2STError(f"{where}: speed_metric must be one of {', '.join(SPEED_METRICS)}, got {value!r}")
+                values[key] = value
+            elif key == "aggregate":
+                if value not in AGGREGATES:
+                    raise S2STError(f"{where}: aggregate must be one of {', '.join(AGGREGATES)}, got {value!r}")
+                values[key] = value
+            else:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise S2STError(f"{where}: {key} must be a number, got {value!r}")
+                if value < 0 or value != value:
+                    raise S2STError(f"{where}: {key} must be >= 0, got {value!r}")
+                values[key] = float(value)
+        policy = cls(**values)
+        if policy.scorer_id is None:
+            needing = [k for k in SCORED_THRESHOLDS if getattr(policy, k) is not None]
+            if needing:
+                raise S2STError(f"{where}: scorer_id is required when {', '.join(needing)} is set")
+        return policy
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Policy":
+        """A policy file: JSON, or YAML (.yaml/.yml)."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise S2STError(f"{path}: cannot read policy ({exc.strerror})") from None
+        try:
+            if path.suffix.lower() in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except Exception as exc:  # yaml and json raise different types; both mean "not parseable"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise S2STError(f"{path}: unreadable policy ({first})") from None
+        return cls.from_mapping(data, str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def fingerprint(self) -> str:
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def thresholds(self) -> dict[str, float]:
+        """The thresholds that are set (None means not gated)."""
+        return {k: getattr(self, k) for k in SCORED_THRESHOLDS + RUN_THRESHOLDS if getattr(self, k) is not None}

@@ -1,0 +1,383 @@
+"""Offline quality scorers whose models ship inside their packages: nothing is downloaded.
+
+- ASR: pocketsphinx 5 (en-US model in the wheel) -> WER via jiwer. Other languages need a
+  pluggable backend (``WhisperDirASR`` over a local model dir); without one, error_rate is None
+  with the reason, and a policy that gates error rate makes the verdict INCONCLUSIVE.
+- Speaker: Resemblyzer 0.1.4 VoiceEncoder (pretrained.pt in the wheel), cosine between the
+  utterance and the voice's anchor recording.
+Scoring runs on finished run dirs, after collection, in whatever process calls it (s2st-assess
+--score, or the plugin after the load phase): it is never inside a timed region. Models load once
+per Scorer; ``get_scorer`` keeps one Scorer per configuration for the process.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import time
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+from ..errors import S2STError
+from .scores import Score, Scores, pcm_sha256
+
+ASR_RATE = 16000  # both pocketsphinx's en-US model and Resemblyzer expect 16 kHz
+NORMALIZER = "nfkc-lower-strip-punct-v1"  # bumping this changes scorer_id: it changes every WER
+
+
+def normalize_language(language: Any) -> str:
+    lang = str(language or "").strip().lower().replace("_", "-")
+    if lang.startswith(("zh", "cmn", "chinese", "mandarin")):
+        return "zh"
+    if lang.startswith(("en", "english")):
+        return "en"
+    return lang or "unknown"
+
+
+def normalize_text(text: str, language: str) -> str:
+    """Case, width and punctuation do not count as errors; zh is compared per character."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = "".join(" " if unicodedata.category(ch).startswith(("P", "S")) else ch for ch in text)
+    if language == "zh":
+        return "".join(text.split())
+    return " ".join(text.split())
+
+
+def error_rate(reference: str, hypothesis: str, language: str) -> tuple[float, str]:
+    """(rate, "wer"|"cer"): WER for space-delimited languages, CER for Chinese."""
+    import jiwer
+
+    ref, hyp = normalize_text(reference, language), normalize_text(hypothesis, language)
+    if not ref:
+        raise ValueError("reference text is empty after normalisation")
+    if language == "zh":
+        return float(jiwer.cer(ref, hyp)), "cer"
+    return float(jiwer.wer(ref, hyp)), "wer"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _version(*dists: str) -> str | None:
+    for dist in dists:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def load_16k(wav_path: str | Path) -> np.ndarray:
+    """Mono float32 at 16 kHz (polyphase resampling: exact rational ratio, deterministic)."""
+    import soundfile as sf
+
+    data, rate = sf.read(str(wav_path), dtype="float32", always_2d=True)
+    mono = data.mean(axis=1)
+    if rate != ASR_RATE:
+        from math import gcd
+
+        from scipy.signal import resample_poly
+
+        g = gcd(ASR_RATE, rate)
+        mono = resample_poly(mono, ASR_RATE // g, rate // g).astype(np.float32)
+    return mono
+
+
+class ASRBackend(Protocol):
+    name: str
+
+    def unavailable(self, language: str) -> str | None:
+        """None when this backend can transcribe the language, else why not."""
+
+    def identity(self) -> dict[str, Any]:
+        """Package versions and model-file digests that this backend's transcripts depend on."""
+
+    def transcribe(self, wav16k: np.ndarray, language: str) -> str: ...
+
+
+class PocketSphinxASR:
+    """pocketsphinx 5.x with the en-US acoustic model, LM and dictionary shipped in the wheel."""
+
+    name = "pocketsphinx-en-us"
+
+    def __init__(self) -> None:
+        self._decoder = None
+        self.init_s: float | None = None
+
+    def unavailable(self, language: str) -> str | None:
+        if language != "en":
+            return f"pocketsphinx ships only an en-US model, not {language!r}"
+        try:
+            import pocketsphinx  # noqa: F401
+        except ImportError:
+            return "pocketsphinx is not installed (pip install 'pytest-s2st[quality]')"
+        return None
+
+    def _model_dir(self) -> Path:
+        from pocketsphinx import get_model_path
+
+        return Path(get_model_path()) / "en-us"
+
+    def identity(self) -> dict[str, Any]:
+        root = self._model_dir()
+        files = sorted(p for p in root.rglob("*") if p.is_file())
+        return {"backend": self.name, "pocketsphinx": _version("pocketsphinx"),
+                "model_sha256": {str(p.relative_to(root)): _sha256_file(p) for p in files}}
+
+    def _load(self):
+        if self._decoder is None:
+            from pocketsphinx import Decoder
+
+            t0 = time.perf_counter()
+            self._decoder = Decoder(samprate=ASR_RATE, loglevel="FATAL")
+            self.init_s = time.perf_counter() - t0
+        return self._decoder
+
+    def transcribe(self, wav16k: np.ndarray, language: str) -> str:
+        decoder = self._load()
+        pcm = (np.clip(wav16k, -1.0, 1.0) * 32767).astype("<i2").tobytes()
+        decoder.start_utt()
+        decoder.process_raw(pcm, full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        return hyp.hypstr if hyp is not None else ""
+
+
+class WhisperDirASR:
+    """A Whisper-style model already on disk (config.json + weights), run through transformers with
+    local_files_only: for languages pocketsphinx lacks (zh). Absent dir or package -> a clear reason."""
+
+    name = "whisper-dir"
+
+    def __init__(self, model_dir: str | Path | None, languages: tuple[str, ...] = ("zh",)) -> None:
+        self.model_dir = Path(model_dir) if model_dir else None
+        self.languages = languages
+        self._model = None
+        self.init_s: float | None = None
+
+    def unavailable(self, language: str) -> str | None:
+        if language not in self.languages:
+            return f"{self.name} is configured for {', '.join(self.languages)}, not {language!r}"
+        if self.model_dir is None:
+            return f"no ASR backend for {language!r}: no local Whisper-style model dir given (--asr-model-dir)"
+        if not (self.model_dir / "config.json").is_file():
+            return f"no ASR backend for {language!r}: {self.model_dir} has no config.json (not a local model dir)"
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            return f"no ASR backend for {language!r}: transformers is not installed for {self.model_dir}"
+        return None
+
+    def identity(self) -> dict[str, Any]:
+        if self.model_dir is None or not self.model_dir.is_dir():
+            return {"backend": self.name, "model_dir": None}
+        files = sorted(p for p in self.model_dir.rglob("*") if p.is_file())
+        return {"backend": self.name, "transformers": _version("transformers"),
+                "model_sha256": {str(p.relative_to(self.model_dir)): _sha256_file(p) for p in files}}
+
+    def transcribe(self, wav16k: np.ndarray, language: str) -> str:
+        if self._model is None:
+            from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+            t0 = time.perf_counter()
+            proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
+            model = WhisperForConditionalGeneration.from_pretrained(self.model_dir, local_files_only=True).eval()
+            self._model = (proc, model)
+            self.init_s = time.perf_counter() - t0
+        import torch
+
+        proc, model = self._model
+        feats = proc(wav16k, sampling_rate=ASR_RATE, return_tensors="pt").input_features
+        with torch.no_grad():
+            ids = model.generate(feats, language=language, task="transcribe")
+        return proc.batch_decode(ids, skip_special_tokens=True)[0]
+
+
+class ResemblyzerSpeaker:
+    """Resemblyzer's VoiceEncoder; anchors: voice -> recording of that voice (not from the runs)."""
+
+    name = "resemblyzer-voiceencoder"
+
+    def __init__(self, anchors: Mapping[str, Path]) -> None:
+        self.anchors = dict(anchors)
+        self._encoder = None
+        self._anchor_emb: dict[str, np.ndarray] = {}
+        self.init_s: float | None = None
+        self.last_s = 0.0  # seconds of the last utterance embedding
+
+    @staticmethod
+    def _module():
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # its scipy.ndimage.morphology import
+            import resemblyzer
+        return resemblyzer
+
+    def _weights(self) -> Path:
+        return Path(self._module().__file__).parent / "pretrained.pt"
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "resemblyzer": _version("resemblyzer"), "librosa": _version("librosa"),
+                "webrtcvad": _version("webrtcvad-wheels", "webrtcvad"), "torch": _version("torch"),
+                "pretrained.pt": _sha256_file(self._weights()),
+                "anchors_sha256": {v: _sha256_file(p) for v, p in sorted(self.anchors.items())}}
+
+    def _embed(self, wav16k: np.ndarray) -> np.ndarray:
+        if self._encoder is None:
+            t0 = time.perf_counter()
+            self._encoder = self._module().VoiceEncoder("cpu", verbose=False)
+            self._encoder.embed_utterance(np.zeros(ASR_RATE, np.float32) + 1e-3 * np.sin(np.arange(ASR_RATE)))
+            self.init_s = time.perf_counter() - t0  # includes librosa/numba first-call compilation
+        wav = self._module().preprocess_wav(wav16k.astype(np.float32))  # already 16 kHz: volume-normalise, trim silences
+        if len(wav) < ASR_RATE // 10:
+            raise ValueError("less than 0.1 s of voiced audio")
+        return self._encoder.embed_utterance(wav)
+
+    def similarity(self, wav16k: np.ndarray, voice: str | None) -> tuple[float | None, str | None]:
+        if voice is None or voice not in self.anchors:
+            return None, f"no anchor recording for voice {voice!r} (anchors: {', '.join(sorted(self.anchors)) or 'none'})"
+        if voice not in self._anchor_emb:  # once per voice, with the model load: not per-utterance cost
+            self._anchor_emb[voice] = self._embed(load_16k(self.anchors[voice]))
+        t0 = time.perf_counter()
+        emb = self._embed(wav16k)
+        self.last_s = time.perf_counter() - t0
+        a = self._anchor_emb[voice]
+        return float(np.dot(emb, a) / (np.linalg.norm(emb) * np.linalg.norm(a))), None
+
+
+def anchors_from(spec: str | Path | Mapping[str, str | Path] | None) -> dict[str, Path]:
+    """A dir of <voice>.wav, or a mapping voice -> wav."""
+    if spec is None:
+        return {}
+    if isinstance(spec, Mapping):
+        out = {str(v): Path(p) for v, p in spec.items()}
+    else:
+        root = Path(spec)
+        if not root.is_dir():
+            raise S2STError(f"{root}: voice anchor dir does not exist")
+        out = {p.stem: p for p in sorted(root.glob("*.wav"))}
+    for voice, path in out.items():
+        if not path.is_file():
+            raise S2STError(f"voice anchor {voice!r}: {path} does not exist")
+    return out
+
+
+@dataclass
+class Costs:
+    """Seconds spent scoring: one-off model loads and per-utterance work (cache hits excluded)."""
+
+    asr_init_s: float | None = None
+    speaker_init_s: float | None = None
+    asr_s: list[float] = field(default_factory=list)
+    speaker_s: list[float] = field(default_factory=list)
+    audio_s: list[float] = field(default_factory=list)
+
+
+class Scorer:
+    def __init__(self, anchors: str | Path | Mapping[str, str | Path] | None = None,
+                 asr: Mapping[str, ASRBackend] | None = None, asr_model_dir: str | Path | None = None) -> None:
+        self.anchors = anchors_from(anchors)
+        self.asr: dict[str, ASRBackend] = dict(asr) if asr is not None else {
+            "en": PocketSphinxASR(), "zh": WhisperDirASR(asr_model_dir)}
+        self.speaker = ResemblyzerSpeaker(self.anchors)
+        self.costs = Costs()
+        self._cache: dict[tuple, Score] = {}
+        self._identity: dict[str, Any] | None = None
+
+    def identity(self) -> dict[str, Any]:
+        if self._identity is None:
+            self._identity = {
+                "scorer": "pytest-s2st offline scorer v1", "normalizer": NORMALIZER, "jiwer": _version("jiwer"),
+                "resample": f"scipy.signal.resample_poly to {ASR_RATE} Hz (scipy {_version('scipy')})",
+                "asr": {lang: b.identity() for lang, b in sorted(self.asr.items())},
+                "speaker": self.speaker.identity(),
+            }
+        return self._identity
+
+    @property
+    def scorer_id(self) -> str:
+        canonical = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return "s2st-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def score_wav(self, rid: str, wav_path: str | Path, text: str | None, language: Any, voice: str | None) -> Score:
+        digest = pcm_sha256(wav_path)
+        lang = normalize_language(language)
+        key = (digest, text, lang, voice)
+        if key in self._cache:  # the same PCM scored before (e.g. an unchanged candidate): same answer
+            cached = self._cache[key]
+            return Score(rid, digest, cached.error_rate, cached.speaker_similarity, dict(cached.extra))
+        wav = load_16k(wav_path)
+        extra: dict[str, Any] = {"language": lang, "voice": voice, "reference": text}
+        er = None
+        backend = self.asr.get(lang)
+        why = backend.unavailable(lang) if backend is not None else f"no ASR backend configured for {lang!r}"
+        if why is None and not (text or "").strip():
+            why = "the request record has no reference text"
+        if why is None:
+            t0 = time.perf_counter()
+            hyp = backend.transcribe(wav, lang)
+            self.costs.asr_s.append(time.perf_counter() - t0)
+            self.costs.audio_s.append(len(wav) / ASR_RATE)
+            self.costs.asr_init_s = getattr(backend, "init_s", None)
+            er, extra["error_metric"] = error_rate(text, hyp, lang)
+            extra["transcript"] = hyp
+        else:
+            extra["error_rate_reason"] = why
+        try:
+            sim, sim_why = self.speaker.similarity(wav, voice)
+        except ValueError as exc:
+            sim, sim_why = None, f"speaker embedding failed: {exc}"
+        if sim is not None:
+            self.costs.speaker_s.append(self.speaker.last_s)
+            self.costs.speaker_init_s = self.speaker.init_s
+        else:
+            extra["speaker_similarity_reason"] = sim_why
+        score = Score(rid, digest, er, sim, extra)
+        self._cache[key] = score
+        return score
+
+    def score_run(self, run_dir: str | Path) -> dict[str, Score]:
+        """Every completed request of a run dir, warm-ups included; WAV-less ids are left out
+        (the verdict reports them missing)."""
+        from .verdict import load_run
+
+        run = load_run(run_dir)
+        if run.problem:
+            raise S2STError(f"cannot score: {run.problem}")
+        out: dict[str, Score] = {}
+        for rid, rec in sorted(run.records.items()):
+            wav = run.wav(rid)
+            if rec.get("status") == "ok" and wav.is_file():
+                out[rid] = self.score_wav(rid, wav, rec.get("text"), rec.get("language"), rec.get("voice"))
+        return out
+
+    def score_runs(self, baseline_dir: str | Path, candidate_dir: str | Path) -> Scores:
+        base, cand = self.score_run(baseline_dir), self.score_run(candidate_dir)
+        return Scores(self.scorer_id, base, cand, self.identity())
+
+
+_SCORERS: dict[str, Scorer] = {}
+
+
+def get_scorer(anchors: str | Path | Mapping[str, str | Path] | None = None,
+               asr_model_dir: str | Path | None = None) -> Scorer:
+    """One Scorer (models loaded once) per configuration for the life of the process."""
+    key = json.dumps([str(anchors) if not isinstance(anchors, Mapping) else sorted((str(k), str(v)) for k, v in anchors.items()),
+                      str(asr_model_dir)])
+    if key not in _SCORERS:
+        _SCORERS[key] = Scorer(anchors, asr_model_dir=asr_model_dir)
+    return _SCORERS[key]
+
+
+__all__ = ["Scorer", "get_scorer", "PocketSphinxASR", "WhisperDirASR", "ResemblyzerSpeaker", "error_rate",
+           "normalize_text", "normalize_language", "anchors_from"]

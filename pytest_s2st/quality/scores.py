@@ -1,0 +1,133 @@
+"""Independent quality scores, in the seed's JSON format, each bound to the PCM it scored.
+
+    {"scorer_id": str,
+     "baseline":  [{"id", "pcm_sha256", "error_rate", "speaker_similarity", ...}, ...],
+     "candidate": [...]}
+
+error_rate / speaker_similarity may be null; an optional "<metric>_reason" then says why.
+Extra keys (transcript, reference, error_metric, timings) are kept and written back untouched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import S2STError
+
+SIDES = ("baseline", "candidate")
+SCORE_FIELDS = ("error_rate", "speaker_similarity")
+
+
+def pcm_sha256(wav_path: str | Path) -> str:
+    """sha256 of the WAV's samples as little-endian int16 bytes: the same digest the load client
+    computes over the PCM it received, so a score, a request record and a file can be matched."""
+    import soundfile as sf
+
+    data, _ = sf.read(str(wav_path), dtype="int16", always_2d=False)
+    return hashlib.sha256(data.astype("<i2", copy=False).tobytes()).hexdigest()
+
+
+@dataclass
+class Score:
+    id: str
+    pcm_sha256: str
+    error_rate: float | None
+    speaker_similarity: float | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def reason(self, name: str) -> str | None:
+        value = self.extra.get(f"{name}_reason")
+        return str(value) if value is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "pcm_sha256": self.pcm_sha256, "error_rate": self.error_rate,
+               "speaker_similarity": self.speaker_similarity}
+        out.update(self.extra)
+        return out
+
+
+@dataclass
+class Scores:
+    scorer_id: str
+    baseline: dict[str, Score]
+    candidate: dict[str, Score]
+    identity: dict[str, Any] | None = None  # what the scorer_id stands for, when the scorer wrote it
+
+    def side(self, name: str) -> dict[str, Score]:
+        return self.baseline if name == "baseline" else self.candidate
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"scorer_id": self.scorer_id}
+        if self.identity is not None:
+            out["scorer_identity"] = self.identity
+        for side in SIDES:
+            out[side] = [s.to_dict() for s in self.side(side).values()]
+        return out
+
+    def write(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+
+def _score(item: Any, where: str) -> Score:
+    if not isinstance(item, Mapping):
+        raise S2STError(f"{where}: must be an object, got {type(item).__name__}")
+    rid = item.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise S2STError(f"{where}: 'id' must be a non-empty string, got {rid!r}")
+    digest = item.get("pcm_sha256")
+    if not isinstance(digest, str) or len(digest) != 64:
+        raise S2STError(f"{where} ({rid}): 'pcm_sha256' must be a 64-hex-digit string, got {digest!r}")
+    values = {}
+    for name in SCORE_FIELDS:
+        if name not in item:
+            raise S2STError(f"{where} ({rid}): missing key {name!r} (use null when unavailable)")
+        value = item[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+            raise S2STError(f"{where} ({rid}): {name} must be a number or null, got {value!r}")
+        values[name] = None if value is None else float(value)
+    extra = {k: v for k, v in item.items() if k not in ("id", "pcm_sha256") + SCORE_FIELDS}
+    return Score(rid, digest.lower(), values["error_rate"], values["speaker_similarity"], extra)
+
+
+def scores_from_mapping(data: Any, where: str) -> Scores:
+    if not isinstance(data, Mapping):
+        raise S2STError(f"{where}: scores must be a JSON object, got {type(data).__name__}")
+    scorer_id = data.get("scorer_id")
+    if not isinstance(scorer_id, str) or not scorer_id:
+        raise S2STError(f"{where}: 'scorer_id' must be a non-empty string, got {scorer_id!r}")
+    sides: dict[str, dict[str, Score]] = {}
+    for side in SIDES:
+        items = data.get(side)
+        if not isinstance(items, list):
+            raise S2STError(f"{where}: {side!r} must be a list, got {type(items).__name__}")
+        by_id: dict[str, Score] = {}
+        for i, item in enumerate(items):
+            score = _score(item, f"{where}: {side}[{i}]")
+            if score.id in by_id:
+                raise S2STError(f"{where}: {side}[{i}]: duplicate id {score.id!r}")
+            by_id[score.id] = score
+        sides[side] = by_id
+    identity = data.get("scorer_identity")
+    return Scores(scorer_id, sides["baseline"], sides["candidate"], identity if isinstance(identity, dict) else None)
+
+
+def load_scores(path: str | Path) -> Scores:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise S2STError(f"{path}: cannot read scores ({exc.strerror})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise S2STError(f"{path}: not valid JSON ({exc})") from None
+    return scores_from_mapping(data, str(path))

@@ -1,0 +1,327 @@
+"""Offline assessment of a candidate run against a baseline run under a frozen policy.
+
+INCONCLUSIVE: evidence missing or unbound (record, WAV or score missing for an id either side
+recorded, warm-ups included; a hash that does not bind score -> WAV -> record; another scorer;
+a metric a threshold needs is unavailable; no baseline; policy fingerprint differs between runs).
+FAIL: evidence complete and a frozen threshold crossed. PASS: otherwise; only then a speedup.
+Everything here reads finished files: no model runs, no clock is read, nothing is timed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import S2STError
+from .policy import Policy
+from .scores import SIDES, Scores, pcm_sha256
+
+PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
+
+
+@dataclass
+class Verdict:
+    status: str
+    reasons: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    speedup: dict[str, float] | None = None  # "c<concurrency>" -> baseline mean / candidate mean; PASS only
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reasons": list(self.reasons), "speedup": self.speedup, "metrics": self.metrics}
+
+    def format(self) -> str:
+        lines = [f"s2st-assess: {self.status}"]
+        lines += [f"  - {r}" for r in self.reasons]
+        q = self.metrics.get("quality", {})
+        for name, m in q.items():
+            if "signed_mean_pct" in m:
+                lines.append(f"  {name}: mean |change| {_f(m.get('change_mean'))}%, signed {_f(m.get('signed_mean_pct'))}% "
+                             f"(worst {m.get('worst_id')} {_f(m.get('worst_change'))}%)")
+                continue
+            lines.append(f"  {name}: baseline {_f(m.get('baseline_mean'))}, candidate {_f(m.get('candidate_mean'))}, "
+                         f"change {_f(m.get('change_mean'))} (worst {m.get('worst_id')} {_f(m.get('worst_change'))})")
+        for level, t in sorted(self.metrics.get("timing", {}).items()):
+            for name, m in t.items():
+                lines.append(f"  {level} {name}: baseline {_f(m.get('baseline'))}, candidate {_f(m.get('candidate'))}")
+        if self.speedup is not None:
+            metric = self.metrics.get("speed_metric")
+            lines.append("  speedup (" + str(metric) + "): " + ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items())))
+        return "\n".join(lines)
+
+
+def _f(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+@dataclass
+class Run:
+    """One run dir: request records by id, the summary, and where each WAV is."""
+
+    path: Path
+    records: dict[str, dict]
+    summary: dict[str, Any]
+    problem: str | None = None  # why this run cannot be used at all
+
+    def wav(self, rid: str) -> Path:
+        rel = self.records.get(rid, {}).get("wav")
+        return self.path / rel if isinstance(rel, str) and rel else self.path / "wav" / f"{rid}.wav"
+
+    def saved_policy(self) -> dict | None:
+        """The policy saved with the run: summary["policy"], or the same one on every concurrency level."""
+        if isinstance(self.summary.get("policy"), dict):
+            return self.summary["policy"]
+        levels = self.summary.get("by_concurrency")
+        found = [lv.get("policy") for lv in levels.values() if isinstance(lv, dict)] if isinstance(levels, dict) else []
+        found = [p for p in found if isinstance(p, dict)]
+        return found[0] if found else None
+
+
+def read_records(path: Path) -> list[dict]:
+    """requests.jsonl; a truncated last line (writer killed mid-write) is dropped, corruption elsewhere raises."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
+                raise ValueError("not a JSON object with a string 'id'")
+        except ValueError as exc:
+            if n == len(lines) and not text.endswith("\n"):
+                break
+            raise S2STError(f"{path}:{n}: unreadable request record ({exc})") from None
+        out.append(rec)
+    return out
+
+
+def load_run(path: str | Path) -> Run:
+    path = Path(path)
+    req = path / "requests.jsonl"
+    if not path.is_dir():
+        return Run(path, {}, {}, f"{path} is not a directory")
+    if not req.exists():
+        return Run(path, {}, {}, f"{req} is missing")
+    records = {r["id"]: r for r in read_records(req)}  # a retried id: the last record is the one kept
+    summary: dict[str, Any] = {}
+    if (path / "summary.json").exists():
+        try:
+            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise S2STError(f"{path / 'summary.json'}: not valid JSON ({exc})") from None
+    if not records:
+        return Run(path, {}, summary, f"{req} holds no request records")
+    return Run(path, records, summary)
+
+
+def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | None:
+    """(pcm_sha256, seconds) of the id's WAV, or None when there is no file."""
+    wav = run.wav(rid)
+    if wav not in cache:
+        if not wav.is_file():
+            cache[wav] = None
+        else:
+            import soundfile as sf
+
+            info = sf.info(str(wav))
+            cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
+    return cache[wav]
+
+
+def _timing(rec: dict) -> dict[str, float | None]:
+    send, first, done, secs = (rec.get(k) for k in ("send_t", "first_audio_t", "done_t", "audio_seconds"))
+    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    ttfa = rec.get("ttfa_s") if num(rec.get("ttfa_s")) else (first - send if num(first) and num(send) else None)
+    rtf = (done - send) / secs if num(done) and num(send) and num(secs) and secs > 0 else None
+    return {"ttfa_s": ttfa, "rtf": rtf}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+class _Judge:
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.missing: list[str] = []
+        self.crossed: list[str] = []
+        self.metrics: dict[str, Any] = {"policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint(),
+                                        "speed_metric": policy.speed_metric, "quality": {}, "timing": {}}
+
+    def gate_deltas(self, name: str, deltas: dict[str, float], limit: float | None, fmt: str, unit: str = "") -> None:
+        """deltas: id -> change where larger is worse. Gate the mean or each, per policy.aggregate."""
+        if not deltas:
+            return
+        worst = max(deltas, key=lambda k: deltas[k])
+        mean = _mean(list(deltas.values()))
+        self.metrics["quality"][name].update(change_mean=mean, worst_id=worst, worst_change=deltas[worst])
+        if limit is None:
+            return
+        if self.policy.aggregate == "each":
+            for rid, d in sorted(deltas.items()):
+                if d > limit:
+                    self.crossed.append(f"{name} {fmt.format(d)}{unit} > {limit:g}{unit} ({rid})")
+        elif mean > limit:
+            self.crossed.append(f"{name} {fmt.format(mean)}{unit} > {limit:g}{unit} "
+                                f"(mean of {len(deltas)}; worst {worst} {fmt.format(deltas[worst])}{unit})")
+
+
+def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy | None, scores: Scores | None = None) -> Verdict:
+    base, cand = load_run(baseline_dir), load_run(candidate_dir)
+    if base.problem:
+        return Verdict(INCONCLUSIVE, [f"no baseline: {base.problem}"])
+    if cand.problem:
+        return Verdict(INCONCLUSIVE, [f"no candidate: {cand.problem}"])
+    if policy is None:
+        saved = base.saved_policy()
+        if saved is None:
+            return Verdict(INCONCLUSIVE, ["no frozen policy: none given and none saved with the baseline run"])
+        policy = Policy.from_mapping(saved, f"{base.path}/summary.json: policy")
+    judge = _Judge(policy)
+    for label, run in (("baseline", base), ("candidate", cand)):
+        saved = run.saved_policy()
+        if saved is not None:
+            fp = Policy.from_mapping(saved, f"{run.path}/summary.json: policy").fingerprint()
+            if fp != policy.fingerprint():
+                judge.missing.append(f"policy fingerprint mismatch: {label} run saved {fp[:12]}, judged under {policy.fingerprint()[:12]}")
+
+    need_scores = any(getattr(policy, k) is not None for k in ("max_error_rate_increase", "max_speaker_drop"))
+    if scores is not None and policy.scorer_id is not None and scores.scorer_id != policy.scorer_id:
+        judge.missing.append(f"scorer identity {scores.scorer_id!r} is not the frozen {policy.scorer_id!r}")
+    if need_scores and scores is None:
+        judge.missing.append("no quality scores given, and the policy gates error rate / speaker similarity")
+    judge.metrics["scorer_id"] = scores.scorer_id if scores is not None else None
+
+    runs = {"baseline": base, "candidate": cand}
+    ids = sorted(set(base.records) | set(cand.records))
+    judge.metrics["ids"] = len(ids)
+    wav_cache: dict = {}
+    durations: dict[str, float] = {}
+    quality: dict[str, dict[str, dict[str, float]]] = {"error_rate": {}, "speaker_similarity": {}}
+    for rid in ids:
+        usable = True
+        facts = {}
+        for side in SIDES:
+            run = runs[side]
+            rec = run.records.get(rid)
+            if rec is None:
+                judge.missing.append(f"request record {rid} missing from the {side} run")
+                usable = False
+                continue
+            if rec.get("status") != "ok":
+                msg = f"{side} request {rid} failed: {rec.get('error') or rec.get('status')}"
+                (judge.crossed if side == "candidate" else judge.missing).append(msg)
+                usable = False
+                continue
+            wav = _wav_facts(run, rid, wav_cache)
+            if wav is None:
+                judge.missing.append(f"{side} WAV for {rid} missing ({run.wav(rid)})")
+                usable = False
+                continue
+            if rec.get("pcm_sha256") and rec["pcm_sha256"] != wav[0]:
+                judge.missing.append(f"{side} WAV for {rid} does not match its request record's pcm_sha256")
+                usable = False
+                continue
+            facts[side] = wav
+            if scores is None:
+                continue
+            score = scores.side(side).get(rid)
+            if score is None:
+                judge.missing.append(f"no {side} score for {rid}")
+                usable = False
+            elif score.pcm_sha256 != wav[0]:
+                judge.missing.append(f"{side} score for {rid} is bound to pcm_sha256 {score.pcm_sha256[:12]}, "
+                                     f"the WAV is {wav[0][:12]}")
+                usable = False
+            else:
+                for name in quality:
+                    value = getattr(score, name)
+                    limit_key = "max_error_rate_increase" if name == "error_rate" else "max_speaker_drop"
+                    if value is None:
+                        if getattr(policy, limit_key) is not None:
+                            judge.missing.append(f"{name} unavailable for {side} {rid}: {score.reason(name) or 'no reason given'}")
+                    else:
+                        quality[name].setdefault(rid, {})[side] = value
+        if usable and len(facts) == 2 and facts["baseline"][1] > 0:
+            durations[rid] = (facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0
+
+    for name, limit, sign in (("error_rate", policy.max_error_rate_increase, 1.0),
+                              ("speaker_similarity", policy.max_speaker_drop, -1.0)):
+        pairs = {rid: v for rid, v in quality[name].items() if len(v) == 2}
+        judge.metrics["quality"][name] = {
+            "baseline_mean": _mean([v["baseline"] for v in pairs.values()]) if pairs else None,
+            "candidate_mean": _mean([v["candidate"] for v in pairs.values()]) if pairs else None,
+            "n": len(pairs),
+        }
+        label = "error_rate increase" if sign > 0 else "speaker_similarity drop"
+        judge.metrics["quality"][label] = judge.metrics["quality"].pop(name)
+        deltas = {rid: sign * (v["candidate"] - v["baseline"]) + 0.0 for rid, v in pairs.items()}  # +0.0: no "-0"
+        judge.gate_deltas(label, deltas, limit, "{:.3f}")
+    judge.metrics["quality"]["duration change"] = {"n": len(durations),
+                                                   "signed_mean_pct": _mean(list(durations.values())) if durations else None}
+    judge.gate_deltas("duration change", {k: abs(v) for k, v in durations.items()}, policy.max_duration_change_pct,
+                      "{:.1f}", "%")
+
+    speedup = _judge_timing(judge, base, cand)
+    if judge.missing:
+        return Verdict(INCONCLUSIVE, judge.missing, judge.metrics)
+    if judge.crossed:
+        return Verdict(FAIL, judge.crossed, judge.metrics)
+    return Verdict(PASS, [], judge.metrics, speedup)
+
+
+def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | None:
+    """Per concurrency level, measured requests only (warm-ups excluded): mean TTFA and mean RTF."""
+    policy = judge.policy
+    needed = {policy.speed_metric}
+    if policy.max_ttfa_regression_pct is not None:
+        needed.add("ttfa_s")
+    speedup: dict[str, float] = {}
+    levels: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for side, run in (("baseline", base), ("candidate", cand)):
+        for rid, rec in run.records.items():
+            if rec.get("warmup") or rec.get("status") != "ok":
+                continue
+            level = f"c{rec.get('concurrency')}"
+            t = _timing(rec)
+            for name in ("ttfa_s", "rtf"):
+                slot = levels.setdefault(level, {}).setdefault(name, {"baseline": [], "candidate": []})
+                if t[name] is None:
+                    if name in needed:
+                        judge.missing.append(f"{name} unavailable for {side} {rid} (timestamps missing)")
+                else:
+                    slot[side].append(t[name])
+    for level, by_name in sorted(levels.items()):
+        out = judge.metrics["timing"].setdefault(level, {})
+        for name, sides in by_name.items():
+            b = _mean(sides["baseline"]) if sides["baseline"] else None
+            c = _mean(sides["candidate"]) if sides["candidate"] else None
+            out[name] = {"baseline": b, "candidate": c, "n": [len(sides["baseline"]), len(sides["candidate"])]}
+            if name not in needed:
+                continue
+            if b is None or c is None or b <= 0 or c <= 0:
+                judge.missing.append(f"{name} at {level}: no measured requests on the "
+                                     f"{'baseline' if b is None or b <= 0 else 'candidate'} side")
+                continue
+            change_pct = (c - b) / b * 100.0
+            out[name]["change_pct"] = change_pct
+            if name == "ttfa_s" and policy.max_ttfa_regression_pct is not None and change_pct > policy.max_ttfa_regression_pct:
+                judge.crossed.append(f"ttfa_s regression {change_pct:.1f}% > {policy.max_ttfa_regression_pct:g}% ({level})")
+            if name == policy.speed_metric:
+                speedup[level] = b / c
+                improvement = -change_pct
+                if policy.min_improvement_pct is not None and improvement < policy.min_improvement_pct:
+                    judge.crossed.append(f"{name} improvement {improvement:.1f}% < {policy.min_improvement_pct:g}% ({level})")
+    if not speedup and not any("unavailable" in m or " at c" in m for m in judge.missing):
+        judge.missing.append(f"{policy.speed_metric}: no measured (non-warm-up) requests to compare")
+    return speedup or None
+
+
+__all__ = ["Verdict", "assess", "load_run", "PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES"]

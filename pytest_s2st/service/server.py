@@ -1,0 +1,359 @@
+"""Reference HTTP/SSE speech server around any blocking synthesizer.
+
+aiohttp: its StreamResponse writes SSE without a web framework, and the same library drives the
+load-generating client, so server, client and fault-injecting test servers share one asyncio stack.
+
+Shape (the qwen3-tts-npu reference service): ONE model worker thread runs ``synthesize``; requests
+wait in a bounded asyncio queue (full -> 503 {"error": "busy"}); the whole waveform is generated,
+then sent as int16 PCM SSE chunks, so TTFA includes queueing and the full generation (the final
+``done`` event says ``"streaming": false``).
+
+Endpoints: GET /health, GET /identity, POST /v1/audio/speech.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import ipaddress
+import json
+import math
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+from aiohttp import web
+
+from ..errors import S2STError
+
+SPEECH_PATH = "/v1/audio/speech"
+MAX_TEXT_CHARS = 4000
+NON_STREAMING_NOTE = "reference pipeline is non-streaming: the whole waveform is generated, then sent in chunks"
+
+Synthesizer = Callable[[dict], tuple[np.ndarray, int]]
+
+# request field -> (accepted types, required); "model" is a client label, accepted and ignored
+_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "text": ((str,), True),
+    "voice": ((str,), False),
+    "language": ((str,), False),
+    "seed": ((int,), False),
+    "instruct": ((str,), False),
+    "model": ((str,), False),
+}
+
+_QUEUE = web.AppKey("queue", asyncio.Queue)
+_EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
+_WORKER = web.AppKey("worker", asyncio.Task)
+_STATE = web.AppKey("state", dict)
+
+
+@dataclass
+class _Job:
+    request: dict
+    future: asyncio.Future = field(repr=False)
+
+
+def validate_request(body: Any) -> dict:
+    """Checked copy of a speech request; raises ValueError("<field>: <why>") naming the field."""
+    if not isinstance(body, dict):
+        raise ValueError("body: expected a JSON object")
+    for name in body:
+        if name not in _FIELDS:
+            raise ValueError(f"{name}: unknown field; accepted: {', '.join(_FIELDS)}")
+    out: dict[str, Any] = {}
+    for name, (types, required) in _FIELDS.items():
+        if name not in body or body[name] is None:
+            if required:
+                raise ValueError(f"{name}: required")
+            continue
+        value = body[name]
+        # bool is an int subclass; a seed of true is a client bug, not a seed
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ValueError(f"{name}: expected {types[0].__name__}, got {type(value).__name__}")
+        out[name] = value
+    if not out["text"].strip():
+        raise ValueError("text: must not be empty")
+    if len(out["text"]) > MAX_TEXT_CHARS:
+        raise ValueError(f"text: longer than {MAX_TEXT_CHARS} characters")
+    if "seed" in out and not 0 <= out["seed"] < 2**63:
+        raise ValueError("seed: must be in [0, 2**63)")
+    return out
+
+
+def to_pcm16(waveform: Any, sample_rate: Any) -> tuple[bytes, int]:
+    """float waveform in [-1, 1] -> little-endian int16 bytes; ValueError on unusable output."""
+    wave = np.asarray(waveform)
+    if wave.ndim != 1:
+        raise ValueError(f"synthesizer returned a {wave.ndim}-D waveform; expected 1-D")
+    if wave.size == 0:
+        raise ValueError("synthesizer returned an empty waveform")
+    if not np.issubdtype(wave.dtype, np.floating):
+        raise ValueError(f"synthesizer returned dtype {wave.dtype}; expected float32")
+    if not np.all(np.isfinite(wave)):
+        raise ValueError("synthesizer returned non-finite samples")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
+        raise ValueError(f"synthesizer returned sample_rate {sample_rate!r}; expected a positive int")
+    pcm = np.round(np.clip(wave.astype(np.float64), -1.0, 1.0) * 32767.0).astype("<i2")
+    return pcm.tobytes(), int(sample_rate)
+
+
+def sse_event(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_app(
+    synthesize: Synthesizer,
+    *,
+    identity: dict,
+    queue_size: int = 8,
+    chunk_samples: int = 4800,
+) -> web.Application:
+    """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy."""
+    if queue_size < 1:
+        raise S2STError(f"queue_size={queue_size}: must be >= 1")
+    if chunk_samples < 1:
+        raise S2STError(f"chunk_samples={chunk_samples}: must be >= 1")
+    app = web.Application()
+    app[_STATE] = {"ready": False, "served": 0, "failed": 0, "busy": 0}
+
+    async def worker(app: web.Application) -> None:
+        loop = asyncio.get_running_loop()
+        queue = app[_QUEUE]
+        while True:
+            job: _Job = await queue.get()
+            if job.future.cancelled():  # client went away while queued: skip the work
+                continue
+            try:
+                result = await loop.run_in_executor(app[_EXECUTOR], synthesize, job.request)
+            except Exception as exc:  # reported to that request; the worker lives on
+                if not job.future.done():
+                    job.future.set_exception(exc)
+            else:
+                if not job.future.done():
+                    job.future.set_result(result)
+
+    async def on_startup(app: web.Application) -> None:
+        app[_QUEUE] = asyncio.Queue(maxsize=queue_size)
+        app[_EXECUTOR] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s2st-model")
+        app[_WORKER] = asyncio.create_task(worker(app))
+        app[_STATE]["ready"] = True
+
+    async def on_cleanup(app: web.Application) -> None:
+        app[_STATE]["ready"] = False
+        app[_WORKER].cancel()
+        app[_EXECUTOR].shutdown(wait=False, cancel_futures=True)
+
+    async def health(request: web.Request) -> web.Response:
+        if not app[_STATE]["ready"]:
+            return web.json_response({"status": "starting"}, status=503)
+        state = app[_STATE]
+        return web.json_response(
+            {"status": "ok", "queued": app[_QUEUE].qsize(), "queue_size": queue_size,
+             "served": state["served"], "failed": state["failed"], "busy_rejections": state["busy"]}
+        )
+
+    async def get_identity(request: web.Request) -> web.Response:
+        return web.json_response(identity)
+
+    async def speech(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": "body: not valid JSON", "field": "body"}, status=400)
+        try:
+            fields = validate_request(body)
+        except ValueError as exc:
+            name = str(exc).split(":", 1)[0]
+            return web.json_response({"error": str(exc), "field": name}, status=400)
+        fields.pop("model", None)
+        fields["id"] = request.headers.get("X-Request-Id", "request")
+        job = _Job(fields, asyncio.get_running_loop().create_future())
+        try:
+            app[_QUEUE].put_nowait(job)
+        except asyncio.QueueFull:
+            app[_STATE]["busy"] += 1
+            return web.json_response({"error": "busy"}, status=503)
+        try:
+            waveform, sample_rate = await job.future
+            pcm, sample_rate = to_pcm16(waveform, sample_rate)
+        except asyncio.CancelledError:
+            job.future.cancel()
+            raise
+        except Exception as exc:  # before streaming: a plain 500 the client can read
+            app[_STATE]["failed"] += 1
+            return web.json_response({"error": f"synthesis failed: {type(exc).__name__}: {exc}"}, status=500)
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        samples = len(pcm) // 2
+        step = 2 * chunk_samples
+        try:
+            for index, start in enumerate(range(0, len(pcm), step)):
+                chunk = base64.b64encode(pcm[start : start + step]).decode("ascii")
+                await response.write(
+                    sse_event({"type": "audio", "index": index, "pcm": chunk, "sample_rate": sample_rate})
+                )
+            await response.write(
+                sse_event(
+                    {
+                        "type": "done",
+                        "audio_seconds": samples / sample_rate,
+                        "samples": samples,
+                        "sample_rate": sample_rate,
+                        "streaming": False,
+                        "note": NON_STREAMING_NOTE,
+                        "pcm_sha256": hashlib.sha256(pcm).hexdigest(),
+                    }
+                )
+            )
+            await response.write_eof()
+        except ConnectionError:
+            return response  # client went away mid-stream; nothing left to tell it
+        except Exception as exc:  # headers already sent: report in-band
+            await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
+            await response.write_eof()
+        app[_STATE]["served"] += 1
+        return response
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    app.router.add_get("/health", health)
+    app.router.add_get("/identity", get_identity)
+    app.router.add_post(SPEECH_PATH, speech)
+    return app
+
+
+def check_loopback(host: str) -> str:
+    """The service is a benchmark harness, not a public server: loopback only."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return host
+    except ValueError:
+        pass
+    raise S2STError(f"host {host!r}: the speech server binds loopback only (127.0.0.1 or ::1)")
+
+
+async def serve_app(
+    app: web.Application, host: str = "127.0.0.1", port: int = 0, *, shutdown_timeout: float = 5.0
+) -> tuple[web.AppRunner, int]:
+    """Start ``app`` on host:port (0 = a port from the OS); returns (runner, bound port).
+    ``shutdown_timeout``: how long cleanup waits for in-flight handlers."""
+    host = check_loopback(host)
+    # handler_cancellation: a client that gives up while queued frees its place and never costs model time
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout,
+                           handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = runner.addresses[0][1]
+    return runner, bound
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def run_server(
+    synthesize: Synthesizer,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    identity: dict | None = None,
+    identity_path: str | Path | None = None,
+    queue_size: int = 8,
+    chunk_samples: int = 4800,
+) -> None:
+    """Serve until SIGINT/SIGTERM. The identity file (with the bound port) is written once listening."""
+    host = check_loopback(host)
+    identity = dict(identity or {})
+
+    async def main() -> None:
+        app = make_app(synthesize, identity=identity, queue_size=queue_size, chunk_samples=chunk_samples)
+        runner, bound = await serve_app(app, host, port)
+        shown = f"[{host}]" if ":" in host else host
+        identity.update(
+            {
+                "host": host,
+                "port": bound,
+                "endpoint": f"http://{shown}:{bound}{SPEECH_PATH}",
+                "pid": os.getpid(),
+                "queue_size": queue_size,
+                "chunk_samples": chunk_samples,
+                "streaming": False,
+            }
+        )
+        if identity_path is not None:
+            write_json_atomic(Path(identity_path), identity)
+        print(f"s2st-serve: listening on {identity['endpoint']}", flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
+
+
+# --- synthesizers -------------------------------------------------------------------------------
+
+
+def pipeline_synthesizer(pipeline: Any) -> Synthesizer:
+    """Wrap a Pipeline: prepare_sample(text sample), every stage with to_next_input in between."""
+    stages = list(pipeline.stages)
+    if not stages:
+        raise S2STError(f"pipeline {getattr(pipeline, 'model_type', '?')!r} has no stages")
+
+    def synthesize(request: dict) -> tuple[np.ndarray, int]:
+        sample = {key: request.get(key) for key in ("text", "language", "voice", "seed")}
+        sample["id"] = request.get("id", "request")
+        if request.get("instruct") is not None:
+            sample["instruct"] = request["instruct"]
+        x = pipeline.prepare_sample(sample)
+        output: Any = None
+        for i, stage in enumerate(stages):
+            output = stage.forward(x)
+            if i + 1 < len(stages):
+                x = stage.to_next_input(output)
+        if not isinstance(output, Mapping) or "waveform" not in output or "sample_rate" not in output:
+            raise ValueError(f"last stage {stages[-1].name!r} did not return {{'waveform', 'sample_rate'}}")
+        return np.asarray(output["waveform"], dtype=np.float32), int(output["sample_rate"])
+
+    return synthesize
+
+
+def demo_tone_synthesizer(
+    sample_rate: int = 24000, seconds_per_char: float = 0.02, delay_s: float = 0.0
+) -> Synthesizer:
+    """No model: a deterministic sine; length grows with the text, pitch follows seed and voice.
+
+    ``delay_s`` simulates model time (the worker thread sleeps), for queueing tests and demos.
+    """
+
+    def synthesize(request: dict) -> tuple[np.ndarray, int]:
+        if delay_s > 0:
+            import time
+
+            time.sleep(delay_s)
+        text = request["text"]
+        n = int(sample_rate * (0.1 + seconds_per_char * len(text)))
+        voice_offset = sum((request.get("voice") or "").encode()) % 7
+        freq = 220.0 + 20.0 * ((int(request.get("seed") or 0) + voice_offset) % 12)
+        t = np.arange(n, dtype=np.float64) / sample_rate
+        wave = 0.3 * np.sin(2.0 * math.pi * freq * t)
+        return wave.astype(np.float32), sample_rate
+
+    return synthesize

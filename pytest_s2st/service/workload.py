@@ -1,0 +1,61 @@
+"""Service workloads: JSON lines {id, text, language, voice, seed, instruct?}.
+
+The default (pytest_s2st/data/workload-default.jsonl) is 12 original sentences, alternating
+Chinese and English and two voices, with fixed seeds: both sides of a comparison get the same input.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import S2STError
+
+DEFAULT_WORKLOAD = Path(__file__).resolve().parent.parent / "data" / "workload-default.jsonl"
+
+_REQUIRED = ("id", "text", "language", "voice", "seed")
+_OPTIONAL = ("instruct",)
+
+
+def _check_item(item: object, where: str, seen: set[str]) -> dict:
+    if not isinstance(item, dict):
+        raise S2STError(f"{where}: expected a JSON object, got {type(item).__name__}")
+    for key in item:
+        if key not in _REQUIRED + _OPTIONAL:
+            raise S2STError(f"{where}: unknown field {key!r}; fields are {', '.join(_REQUIRED + _OPTIONAL)}")
+    for key in _REQUIRED:
+        if key not in item:
+            raise S2STError(f"{where}: missing field {key!r}")
+    for key in ("id", "text", "language", "voice") + tuple(k for k in _OPTIONAL if k in item):
+        value = item[key]
+        if not isinstance(value, str) or not value.strip():
+            raise S2STError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
+    seed = item["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise S2STError(f"{where}: field 'seed' must be an integer in [0, 2**63), got {seed!r}")
+    if item["id"] in seen:
+        raise S2STError(f"{where}: field 'id' {item['id']!r} repeats an earlier line")
+    seen.add(item["id"])
+    return dict(item)
+
+
+def load_workload(path: str | Path | None = None) -> list[dict]:
+    """Validated workload items in file order; S2STError names file:line and the field at fault."""
+    path = Path(path) if path is not None else DEFAULT_WORKLOAD
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise S2STError(f"{path}: cannot read workload ({exc})") from None
+    items: list[dict] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            item = json.loads(line)
+        except ValueError as exc:
+            raise S2STError(f"{where}: not valid JSON ({exc})") from None
+        items.append(_check_item(item, where, seen))
+    if not items:
+        raise S2STError(f"{path}: workload has no items")
+    return items

@@ -1,0 +1,210 @@
+"""Bad fairseq inputs -> one S2STError line naming the file or key; nothing half-loaded."""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("fairseq")
+
+import torch  # noqa: E402
+
+from pytest_s2st.errors import S2STError  # noqa: E402
+from pytest_s2st.pipelines import base  # noqa: E402
+from pytest_s2st.stage import fairseq_tiny  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def staged(tmp_path_factory) -> Path:
+    root = tmp_path_factory.getbasetemp() / "fairseq-stage"
+    fairseq_tiny.default_configs(root)
+    return root
+
+
+@pytest.fixture
+def work(staged, tmp_path) -> Path:
+    """A private copy of the staged tree, free to break."""
+    dst = tmp_path / "w"
+    shutil.copytree(staged, dst)
+    return dst
+
+
+def stages_of(config: Path) -> tuple[str, list[dict]]:
+    doc = yaml.safe_load(config.read_text())
+    out = []
+    for i in (1, 2, 3):
+        if f"stage{i}" in doc:
+            st = copy.deepcopy(doc["general"])
+            st.update(doc[f"stage{i}"])
+            out.append(st)
+    return doc["general"]["model_type"], out
+
+
+def build_error(config: Path, edit=None, model_type: str | None = None) -> str:
+    mt, stages = stages_of(config)
+    if edit:
+        edit(stages)
+    with pytest.raises(S2STError) as info:
+        base.build_pipeline(model_type or mt, stages, device="cpu", config_path=config)
+    msg = str(info.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    assert info.value.__cause__ is None  # raised "from None": no chained traceback for the user
+    return msg
+
+
+def test_missing_checkpoint(work):
+    (work / "s2t" / "checkpoint.pt").unlink()
+    msg = build_error(work / "configs" / "S2T.yaml")
+    assert "checkpoint not found" in msg and str(work / "s2t" / "checkpoint.pt") in msg and "stage1" in msg
+
+
+def test_missing_path_key(work):
+    msg = build_error(work / "configs" / "S2T.yaml", lambda st: st[0].pop("path"))
+    assert "'path'" in msg and "stage1" in msg
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_corrupt_checkpoint(work, damage):
+    ckpt = work / "mt" / "checkpoint.pt"
+    data = ckpt.read_bytes()
+    ckpt.write_bytes({"truncated": data[: len(data) // 2], "garbage": os.urandom(4096), "empty": b""}[damage])
+    msg = build_error(work / "configs" / "MT.yaml")
+    assert f"cannot read checkpoint {ckpt}" in msg
+    assert ("corrupt or truncated" in msg) or ("weights_only" in msg)
+
+
+def test_checkpoint_with_foreign_pickle_global_is_refused_and_not_run(work, tmp_path):
+    """weights_only stays on: a pickled callable is refused, never executed."""
+    marker = tmp_path / "ran"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    ckpt = work / "s2t" / "checkpoint.pt"
+    torch.save({"model": {}, "cfg": None, "evil": Evil()}, ckpt)
+    msg = build_error(work / "configs" / "S2T.yaml")
+    assert "cannot read checkpoint" in msg and str(ckpt) in msg
+    assert "weights_only=True" in msg and "system" in msg  # names the refused global
+    assert not marker.exists()
+
+
+def test_checkpoint_of_another_task(work):
+    def use_mt_checkpoint(stages):
+        stages[0]["path"] = str(work / "mt" / "checkpoint.pt")
+
+    msg = build_error(work / "configs" / "S2T.yaml", use_mt_checkpoint)
+    assert "'translation' checkpoint" in msg and str(work / "mt" / "checkpoint.pt") in msg
+    assert "speech_to_text" in msg
+
+
+def test_unit_checkpoint_in_a_spectrogram_stage(work):
+    def use_s2ut_checkpoint(stages):
+        stages[0]["path"] = str(work / "s2ut" / "checkpoint.pt")
+
+    msg = build_error(work / "configs" / "S2S.yaml", use_s2ut_checkpoint)
+    assert "predicts units" in msg and "s2s" in msg
+
+
+def test_stage_task_that_cannot_run_the_model_type(work):
+    msg = build_error(work / "configs" / "TTS.yaml", model_type="S2T")
+    assert "task 'text_to_speech' cannot run the s2t stage" in msg
+
+
+def test_data_dir_without_config_yaml(work):
+    (work / "s2t" / "config.yaml").unlink()
+    msg = build_error(work / "configs" / "S2T.yaml")
+    assert f"data config not found: {work / 's2t' / 'config.yaml'}" in msg
+
+
+def test_empty_config_yaml(work):
+    (work / "tts" / "config.yaml").write_text("")
+    msg = build_error(work / "configs" / "TTS.yaml")
+    assert str(work / "tts" / "config.yaml") in msg and "empty" in msg
+
+
+def test_data_dir_without_dict(work):
+    (work / "tts" / "dict.txt").unlink()
+    msg = build_error(work / "configs" / "TTS.yaml")
+    assert f"dictionary not found: {work / 'tts' / 'dict.txt'}" in msg
+
+
+def test_mt_data_dir_without_target_dict(work):
+    (work / "mt" / "dict.es.txt").unlink()
+    msg = build_error(work / "configs" / "3StageS2ST.yaml")
+    assert f"dictionary not found: {work / 'mt' / 'dict.es.txt'}" in msg and "stage2 (mt)" in msg
+
+
+def test_missing_data_dir(work):
+    shutil.rmtree(work / "s2ut")
+    msg = build_error(work / "configs" / "S2UT.yaml")
+    assert "data dir not found" in msg or "checkpoint not found" in msg
+    assert str(work / "s2ut") in msg
+
+
+def test_ensemble_path_refused(work):
+    def ensemble(stages):
+        p = str(work / "s2t" / "checkpoint.pt")
+        stages[0]["path"] = f"{p}:{p}"
+
+    msg = build_error(work / "configs" / "S2T.yaml", ensemble)
+    assert "ensemble" in msg and "not supported" in msg
+
+
+def test_vocoder_files_missing(work):
+    (work / "vocoder" / "code_hifigan.pt").unlink()
+    msg = build_error(work / "configs" / "S2UT.yaml")
+    assert "'vocoder'" in msg and "stage2 (vocoder)" in msg
+
+
+def test_vocoder_cfg_not_json(work):
+    (work / "vocoder" / "code_hifigan.json").write_text("{not json")
+    msg = build_error(work / "configs" / "S2UT.yaml")
+    assert f"cannot read vocoder_cfg {work / 'vocoder' / 'code_hifigan.json'}" in msg
+
+
+def test_tts_vocoder_checkpoint_missing(work):
+    (work / "tts" / "hifigan.pt").unlink()
+    msg = build_error(work / "configs" / "TTS.yaml")
+    assert "vocoder checkpoint not found: 'hifigan.pt'" in msg and str(work / "tts" / "config.yaml") in msg
+
+
+def test_cascade_with_too_few_stages(work):
+    msg = build_error(work / "configs" / "2StageS2ST.yaml", lambda st: st.pop())
+    assert "2StageS2ST needs 2 stage(s)" in msg and "tts" in msg
+
+
+def test_bad_samples(staged):
+    config = staged / "configs" / "S2T.yaml"
+    mt, stages = stages_of(config)
+    pipe = base.build_pipeline(mt, stages, device="cpu", config_path=config)
+    with pytest.raises(S2STError, match="takes speech features, got a text sample"):
+        pipe.prepare_sample({"id": "x", "text": "hello"})
+    with pytest.raises(S2STError, match="src_tokens"):
+        pipe.prepare_sample({"id": 0, "net_input": {"src_lengths": np.array([3])}})
+    with pytest.raises(S2STError, match="got list"):
+        pipe.prepare_sample([1, 2, 3])
+
+
+def test_dump_refuses_text_outputs(tmp_path):
+    from pytest_s2st.pipelines.fairseq import dump_waveforms
+
+    with pytest.raises(S2STError, match="output 0 is not a waveform"):
+        dump_waveforms([{"text": "hola"}], tmp_path, "p", 16000)
+
+
+def test_hubert_km_of_another_dimension(work):
+    np.save(work / "hubert" / "km.npy", np.zeros((10, 7), dtype=np.float32))
+    msg = build_error(work / "configs" / "HubertUnits.yaml")
+    assert f"{work / 'hubert' / 'km.npy'}: centroids of shape (10, 7)" in msg and "feature dim 16" in msg
+
+
+def test_hubert_checkpoint_missing(work):
+    (work / "hubert" / "checkpoint.pt").unlink()
+    msg = build_error(work / "configs" / "HubertUnits.yaml")
+    assert "'hubert_ckpt_path': file not found" in msg and "stage1 (hubert)" in msg

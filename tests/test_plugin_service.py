@@ -1,0 +1,97 @@
+"""Service benchmarks through real pytest sessions: reference server subprocess, load, table, JSON, evidence."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import soundfile as sf
+
+TONE_PY = '''
+import numpy as np
+
+def build_tone(sample_rate=16000, delay_s=0.0):
+    """A speech-producing callable: a sine whose length follows the text (a stand-in TTS with real WAV output)."""
+    import time
+    def forward(sample):
+        if delay_s:
+            time.sleep(delay_s)
+        n = int(sample_rate * (0.2 + 0.02 * len(sample["text"])))
+        t = np.arange(n) / sample_rate
+        return {"waveform": (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), "sample_rate": sample_rate}
+    return forward
+'''
+
+SERVICE_TEST = '''
+def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+'''
+
+
+def write_tone_case(root, extra=""):
+    (root / "tone.py").write_text(TONE_PY)
+    (root / "wl.jsonl").write_text("".join(
+        json.dumps({"id": f"u{i}", "text": "hello world" * (i + 1), "language": "en", "voice": "a", "seed": i}) + "\n"
+        for i in range(4)))
+    cfg = root / "tone.yaml"
+    cfg.write_text("general:\n  name: tone\n  model_type: callable\n  workload: wl.jsonl\n  concurrency: [1, 2]\n"
+                   f"  warmup: 1\n{extra}stage1:\n  entry: tone.py:build_tone\n")
+    return cfg
+
+
+def test_service_levels_table_json_and_evidence(pytester):
+    cfg = write_tone_case(pytester.path)
+    pytester.makepyfile(test_service=SERVICE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-v",
+                                           "--benchmark-json=out.json", "--s2st-plot=plots")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*test_service?callable-tone-c1? PASSED*",
+        "*test_service?callable-tone-c2? PASSED*",
+        "*s2st: service (TTFA, RTF, latency per concurrency level)*",
+        "Name*conc*ok/n*TTFA mean*p50*p90*p99*RTF mean*throughput*errors*",
+        "test_service?callable-tone-c2?*2*4/4*",
+    ])
+    benches = {b["name"]: b["extra_info"]["s2st_service"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
+    c2 = benches["test_service[callable-tone-c2]"]
+    assert c2["concurrency"] == 2 and c2["summary"]["n_ok"] == 4 and c2["summary"]["error_rate"] == 0
+    assert c2["streaming"] is False and c2["identity"]["model_type"] == "callable"
+    assert 0 < c2["summary"]["ttfa_s"]["p50"] <= c2["summary"]["latency_s"]["p99"]
+    assert c2["verdict"]["status"] == "PASS"
+    # evidence: a record per request (warm-up included) and a real WAV per response
+    from pytest_s2st.service.evidence import read_records
+
+    records = read_records(c2["evidence_dir"])
+    assert sorted(r["id"] for r in records) == ["c2-r0", "c2-r1", "c2-r2", "c2-r3", "c2-w0"]
+    data, rate = sf.read(f"{c2['evidence_dir']}/wav/c2-r3.wav")
+    assert rate == 16000 and len(data) == int(16000 * (0.2 + 0.02 * len("hello world" * 4)))
+    assert (pytester.path / "plots" / "callable-tone.png").stat().st_size > 1000
+
+
+def test_external_endpoint_and_a_server_killed_mid_run_is_inconclusive(pytester, tmp_path):
+    cfg = write_tone_case(pytester.path)
+    identity = tmp_path / "id.json"
+    server = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s", "0.3",
+                               "--port", "0", "--identity-output", str(identity)])
+    try:
+        deadline = time.monotonic() + 60
+        while not identity.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        endpoint = json.loads(identity.read_text())["endpoint"]
+        pytester.makepyfile(test_service=SERVICE_TEST.replace(
+            "    s2st_load(", "    import os, signal, threading\n"
+            f"    threading.Timer(1.2, os.kill, ({server.pid}, signal.SIGKILL)).start()\n    s2st_load("))
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", f"--s2st-endpoint={endpoint}",
+                                               "--s2st-concurrency=1", "-v", "--s2st-request-timeout=5")
+    finally:
+        server.kill()
+        server.wait()
+    # --s2st-concurrency on the command line wins over the config's [1, 2]
+    assert result.parseoutcomes() == {"inconclusive": 1}
+    result.stdout.fnmatch_lines([
+        "*test_service?callable-tone-c1? INCONCLUSIVE*",
+        "*s2st INCONCLUSIVE*",
+        "*c1-r*: request failed: *",
+    ])
+    assert result.ret == 0

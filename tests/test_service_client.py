@@ -1,0 +1,252 @@
+"""The load generator against real loopback servers: records, WAVs, ids, concurrency, kill mid-run."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+from aiohttp import web
+
+from pytest_s2st.errors import S2STError
+from pytest_s2st.service import evidence
+from pytest_s2st.service.client import run_load
+from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
+from pytest_s2st.service.workload import load_workload
+
+WORKLOAD = [
+    {"id": "a", "text": "short one", "language": "English", "voice": "Ryan", "seed": 1},
+    {"id": "b", "text": "a somewhat longer second sentence", "language": "English", "voice": "Vivian", "seed": 2},
+    {"id": "c", "text": "第三句", "language": "Chinese", "voice": "Vivian", "seed": 3, "instruct": "slowly"},
+]
+
+
+def run(coro, bound=25):
+    return asyncio.run(asyncio.wait_for(coro, bound))
+
+
+async def tone_server(**kw):
+    app = make_app(demo_tone_synthesizer(**kw), identity={"code": "t"}, queue_size=16, chunk_samples=1000)
+    runner, port = await serve_app(app, shutdown_timeout=0.5)
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def test_records_wavs_ids_and_summary(tmp_path):
+    async def main():
+        runner, base = await tone_server()
+        try:
+            return await run_load(base, WORKLOAD, 2, out_dir=tmp_path, warmups=2, requests=5)
+        finally:
+            await runner.cleanup()
+
+    result = run(main())
+    ids = sorted(r["id"] for r in result.records)
+    assert ids == ["c2-r0", "c2-r1", "c2-r2", "c2-r3", "c2-r4", "c2-w0", "c2-w1"]
+    assert all(r["status"] == "ok" and r["error"] is None for r in result.records)
+    by_id = {r["id"]: r for r in result.records}
+    # workload cycled: measured index i uses item i % 3
+    assert [by_id[f"c2-r{i}"]["workload_id"] for i in range(5)] == ["a", "b", "c", "a", "b"]
+    assert by_id["c2-r2"]["instruct"] == "slowly" and "instruct" not in by_id["c2-r0"]
+    assert by_id["c2-w1"]["warmup"] is True and by_id["c2-r4"]["warmup"] is False
+
+    assert evidence.read_records(tmp_path) == result.records  # what was kept is what is read back
+    for r in result.records:
+        assert 0 <= r["send_t"] <= r["first_audio_t"] <= r["done_t"]
+        assert r["send_wall"] == pytest.approx(time.time(), abs=60)
+        times = [t for t, _ in r["chunks"]]
+        assert times == sorted(times) and times[0] == r["first_audio_t"]
+        data, sr = sf.read(evidence.wav_path(tmp_path, r["id"]), dtype="int16")
+        assert sr == r["sample_rate"] == 24000
+        assert sum(n for _, n in r["chunks"]) == 2 * len(data)
+        assert r["audio_seconds"] == pytest.approx(len(data) / sr)
+        assert hashlib.sha256(data.astype("<i2").tobytes()).hexdigest() == r["pcm_sha256"]
+        assert r["streaming"] is False and r["http_status"] == 200
+    # demo tone length grows with the text: "b" is longer than "a"
+    assert by_id["c2-r1"]["audio_seconds"] > by_id["c2-r0"]["audio_seconds"]
+    assert not list((tmp_path / "wav").glob("*.part"))
+
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    level = saved["by_concurrency"]["2"]
+    assert saved["identity"] == {"code": "t"} and saved["endpoint"].endswith("/v1/audio/speech")
+    assert level["summary"]["n"] == 5 and level["summary"]["n_ok"] == 5 and level["warmups"] == 2
+    assert level["summary"]["throughput"] == pytest.approx(
+        sum(by_id[f"c2-r{i}"]["audio_seconds"] for i in range(5)) / result.wall_s)
+
+
+def test_concurrency_is_the_number_in_flight(tmp_path):
+    active = {"now": 0, "max": 0, "total": 0}
+
+    async def handler(request):
+        active["now"] += 1
+        active["total"] += 1
+        active["max"] = max(active["max"], active["now"])
+        try:
+            await asyncio.sleep(0.05)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(sse_event({"type": "audio", "index": 0, "pcm": "AAABAA==", "sample_rate": 8000}))
+            await resp.write(sse_event({"type": "done", "samples": 2, "sample_rate": 8000}))
+            return resp
+        finally:
+            active["now"] -= 1
+
+    async def main():
+        app = web.Application()
+        app.router.add_post("/v1/audio/speech", handler)
+        runner, port = await serve_app(app, shutdown_timeout=0.5)
+        try:
+            return await run_load(f"http://127.0.0.1:{port}", WORKLOAD, 4, out_dir=tmp_path, warmups=0, requests=16)
+        finally:
+            await runner.cleanup()
+
+    result = run(main())
+    assert active == {"now": 0, "max": 4, "total": 16}
+    assert all(r["status"] == "ok" for r in result.records)
+    assert result.identity is None and "identity" in result.identity_error  # no /identity route: recorded
+
+
+def test_default_workload_runs_and_each_level_is_kept(tmp_path):
+    workload = load_workload()
+
+    async def main():
+        runner, base = await tone_server()
+        try:
+            for conc in (1, 3):
+                await run_load(base, workload, conc, out_dir=tmp_path, warmups=1, requests=3)
+            with pytest.raises(S2STError, match="already holds records for concurrency 3"):
+                await run_load(base, workload, 3, out_dir=tmp_path, warmups=0, requests=1)
+        finally:
+            await runner.cleanup()
+
+    run(main())
+    ids = {r["id"] for r in evidence.read_records(tmp_path)}
+    assert ids == {"c1-w0", "c1-r0", "c1-r1", "c1-r2", "c3-w0", "c3-r0", "c3-r1", "c3-r2"}
+    assert set(evidence.read_summary(tmp_path)["by_concurrency"]) == {"1", "3"}
+
+
+def test_read_records_tolerates_only_a_truncated_last_line(tmp_path):
+    good = [{"id": "c1-r0", "status": "ok"}, {"id": "c1-r1", "status": "error"}]
+    for r in good:
+        evidence.append_record(tmp_path, r)
+    path = tmp_path / evidence.REQUESTS
+    with open(path, "a") as fh:
+        fh.write('{"id": "c1-r2", "sta')  # killed mid-write
+    assert evidence.read_records(tmp_path) == good
+    with pytest.raises(S2STError, match="truncated record"):
+        run(run_load("http://127.0.0.1:9", WORKLOAD, 1, out_dir=tmp_path))
+    path.write_text('{"id": "c1-r0"}\n{broken\n{"id": "c1-r2"}\n')
+    with pytest.raises(S2STError, match=r"requests.jsonl:2"):
+        evidence.read_records(tmp_path)
+    assert evidence.read_records(tmp_path / "nothing") == []
+    with pytest.raises(S2STError):
+        evidence.wav_path(tmp_path, "../escape")
+
+
+def test_server_killed_mid_run(tmp_path):
+    """A subprocess server is SIGKILLed after a few requests: those finished stay ok and readable,
+    every later request is an error with a reason, and the run ends long before its bound."""
+    ident = tmp_path / "identity.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s", "0.05",
+                             "--port", "0", "--identity-output", str(ident)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "run"
+    try:
+        deadline = time.monotonic() + 20
+        while not ident.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "server never came up"
+            time.sleep(0.05)
+        endpoint = json.loads(ident.read_text())["endpoint"]
+
+        async def killer():
+            while len(evidence.read_records(out)) < 6:
+                await asyncio.sleep(0.01)
+            proc.send_signal(signal.SIGKILL)
+
+        async def main():
+            kill = asyncio.create_task(killer())
+            t = time.perf_counter()
+            result = await run_load(endpoint, WORKLOAD, 2, out_dir=out, warmups=1, requests=40,
+                                    timeout_s=5, total_timeout_s=20)
+            await kill
+            return result, time.perf_counter() - t
+
+        result, took = run(main(), bound=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    records = evidence.read_records(out)
+    assert len(records) == 41 and {r["id"] for r in records} == {"c2-w0", *(f"c2-r{i}" for i in range(40))}
+    ok = [r for r in records if r["status"] == "ok"]
+    errors = [r for r in records if r["status"] == "error"]
+    assert 6 <= len(ok) < 41 and len(errors) >= 30
+    assert all(r["error"] for r in errors)
+    assert all(("connection" in r["error"] or "disconnected" in r["error"] or "broken" in r["error"])
+               for r in errors), {r["error"] for r in errors}
+    assert all(evidence.wav_path(out, r["id"]).exists() for r in ok)
+    assert not any(evidence.wav_path(out, r["id"]).exists() for r in errors)
+    assert took < 15 and not result.timed_out
+    assert result.summary["n_error"] == len([r for r in errors if not r["warmup"]])
+
+
+def test_wav_bytes_are_what_soundfile_writes(tmp_path):
+    import io
+
+    pcm = (np.arange(-500, 500) * 37).astype("<i2")
+    buf = io.BytesIO()
+    sf.write(buf, pcm, 22050, subtype="PCM_16", format="WAV")
+    assert evidence.wav_bytes(pcm.tobytes(), 22050) == buf.getvalue()
+    evidence.write_wav_atomic(tmp_path / "x" / "a.wav", pcm.tobytes(), 22050)
+    data, sr = sf.read(tmp_path / "x" / "a.wav", dtype="int16")
+    assert sr == 22050 and np.array_equal(data, pcm)
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["a.wav"]
+    with pytest.raises(ValueError):
+        evidence.wav_bytes(b"abc", 8000)
+
+
+def test_default_workload_shape():
+    items = load_workload()
+    assert len(items) == 12 and len({i["id"] for i in items}) == 12
+    assert [i["language"] for i in items] == ["Chinese", "English"] * 6
+    assert {i["voice"] for i in items} == {"Vivian", "Ryan"}
+    # each voice speaks both languages: voices alternate every two lines
+    assert [i["voice"] for i in items[:4]] == ["Vivian", "Vivian", "Ryan", "Ryan"]
+    assert len({i["seed"] for i in items}) == 12 and all(isinstance(i["seed"], int) for i in items)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"id": "a", "text": "t", "language": "en", "voice": "v"}', "missing field 'seed'"),
+        ('{"id": "a", "text": "", "language": "en", "voice": "v", "seed": 1}', "field 'text'"),
+        ('{"id": "a", "text": "t", "language": "en", "voice": "v", "seed": "1"}', "field 'seed'"),
+        ('{"id": "a", "text": "t", "language": "en", "voice": "v", "seed": true}', "field 'seed'"),
+        ('{"id": "a", "text": "t", "language": "en", "voice": "v", "seed": 1, "speed": 2}', "unknown field 'speed'"),
+        ('{"id": "a", "text": "t", "language": "en", "voice": "v", "seed": 1, "instruct": 3}', "field 'instruct'"),
+        ('{"id": "w0", "text": "t", "language": "en", "voice": "v", "seed": 1}', "'w0' repeats"),
+        ("[1, 2]", "expected a JSON object"),
+        ("{oops", "not valid JSON"),
+    ],
+)
+def test_workload_errors_name_file_line_and_field(tmp_path, line, message):
+    good = '{"id": "w0", "text": "t", "language": "en", "voice": "v", "seed": 1}'
+    path = tmp_path / "w.jsonl"
+    path.write_text(f"{good}\n\n{line}\n")
+    with pytest.raises(S2STError, match=rf"w\.jsonl:3: .*{message}"):
+        load_workload(path)
+
+
+def test_workload_empty_or_missing(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(S2STError, match="no items"):
+        load_workload(tmp_path / "empty.jsonl")
+    with pytest.raises(S2STError, match="cannot read"):
+        load_workload(tmp_path / "absent.jsonl")

@@ -1,0 +1,203 @@
+"""Every fault the load generator must survive, served by real misbehaving aiohttp servers on loopback.
+
+Each affected request must end as status "error" with its reason, the run must go on with the others,
+and it must end within its time bound (no hang).
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import socket
+import time
+
+import pytest
+from aiohttp import web
+
+from pytest_s2st.service import evidence
+from pytest_s2st.service.client import run_load
+from pytest_s2st.service.server import serve_app, sse_event
+
+WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
+PCM = b"\x01\x00\xff\x7f"  # two int16 samples
+AUDIO = {"type": "audio", "index": 0, "pcm": base64.b64encode(PCM).decode(), "sample_rate": 8000}
+DONE = {"type": "done", "samples": 2, "sample_rate": 8000, "pcm_sha256": hashlib.sha256(PCM).hexdigest()}
+
+
+async def _sse(request, *events: dict | bytes) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    for event in events:
+        await resp.write(event if isinstance(event, bytes) else sse_event(event))
+    return resp
+
+
+async def ok(request):
+    return await _sse(request, AUDIO, DONE)
+
+
+async def http500(request):
+    return web.Response(status=500, text="internal oops")
+
+
+async def busy(request):
+    return web.json_response({"error": "busy"}, status=503)
+
+
+async def close_abruptly(request):
+    resp = await _sse(request, AUDIO)
+    request.transport.close()  # socket gone mid-stream, chunked body never terminated
+    return resp
+
+
+async def end_without_done(request):
+    return await _sse(request, AUDIO)
+
+
+async def malformed_json(request):
+    return await _sse(request, AUDIO, b"data: {not json\n\n")
+
+
+async def malformed_base64(request):
+    return await _sse(request, {**AUDIO, "pcm": "***"}, DONE)
+
+
+async def odd_bytes(request):
+    return await _sse(request, {**AUDIO, "pcm": base64.b64encode(b"\x01\x02\x03").decode()}, DONE)
+
+
+async def error_event(request):
+    return await _sse(request, AUDIO, {"type": "error", "message": "out of device memory"})
+
+
+async def sha_mismatch(request):
+    return await _sse(request, AUDIO, {**DONE, "pcm_sha256": "0" * 64})
+
+
+async def no_audio(request):
+    return await _sse(request, {**DONE, "samples": 0, "pcm_sha256": hashlib.sha256(b"").hexdigest()})
+
+
+async def not_sse(request):
+    return web.json_response({"audio": "nope"})
+
+
+async def stall_after_first_chunk(request):
+    resp = await _sse(request, AUDIO)
+    await asyncio.sleep(3600)
+    return resp
+
+
+async def stall_before_headers(request):
+    await asyncio.sleep(3600)
+    return web.Response()
+
+
+async def trickle_forever(request):
+    """Never silent long enough for the read timeout: only the whole-request timeout can end it."""
+    resp = await _sse(request)
+    while True:
+        await resp.write(b": keep-alive\n")
+        await asyncio.sleep(0.05)
+
+
+ROUTES = {f.__name__: f for f in (ok, http500, busy, close_abruptly, end_without_done, malformed_json,
+                                  malformed_base64, odd_bytes, error_event, sha_mismatch, no_audio, not_sse,
+                                  stall_after_first_chunk, stall_before_headers, trickle_forever)}
+
+
+async def misbehaving_server() -> tuple[web.AppRunner, str]:
+    counter = {"n": 0}
+
+    async def every_other(request):  # alternate failure and success: the others must go on
+        counter["n"] += 1
+        return await (http500 if counter["n"] % 2 else ok)(request)
+
+    app = web.Application()
+    for name, handler in ROUTES.items():
+        app.router.add_post(f"/{name}", handler)
+    app.router.add_post("/every_other", every_other)
+    runner, port = await serve_app(app, shutdown_timeout=0.2)
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None = None, **kw):
+    kw = {"warmups": 0, "requests": 2, "timeout_s": 5.0, **kw}
+
+    async def main():
+        runner, base = await misbehaving_server()
+        try:
+            t = time.perf_counter()
+            result = await run_load(endpoint or f"{base}/{route}", WORKLOAD, kw.pop("concurrency", 1),
+                                    out_dir=tmp_path, **kw)
+            return result, time.perf_counter() - t
+        finally:
+            await runner.cleanup()
+
+    result, took = asyncio.run(asyncio.wait_for(main(), bound + 10))
+    assert took < bound, f"run took {took:.1f} s"
+    assert evidence.read_records(tmp_path) == result.records
+    return result
+
+
+@pytest.mark.parametrize(
+    "route, reason, kw",
+    [
+        ("http500", "HTTP 500: internal oops", {}),
+        ("busy", "HTTP 503: busy", {}),
+        ("close_abruptly", "mid-", {}),
+        ("end_without_done", "stream ended before the done event", {}),
+        ("malformed_json", "malformed SSE event", {}),
+        ("malformed_base64", "not base64", {}),
+        ("odd_bytes", "not whole int16 samples", {}),
+        ("error_event", "server error event: out of device memory", {}),
+        ("sha_mismatch", "pcm_sha256", {}),
+        ("no_audio", "no audio", {}),
+        ("not_sse", "not text/event-stream", {}),
+        ("stall_after_first_chunk", "read stalled: no data for 0.3 s", {"read_timeout_s": 0.3}),
+        ("stall_before_headers", "read stalled", {"read_timeout_s": 0.3}),
+        ("trickle_forever", "timeout: no complete response within 0.5 s", {"timeout_s": 0.5}),
+    ],
+)
+def test_fault_is_recorded_and_bounded(tmp_path, route, reason, kw):
+    result = load(tmp_path, route, **kw)
+    assert [r["id"] for r in sorted(result.records, key=lambda r: r["index"])] == ["c1-r0", "c1-r1"]
+    for r in result.records:
+        assert r["status"] == "error" and reason in r["error"], r["error"]
+        assert r["pcm_sha256"] is None and r["audio_seconds"] is None
+        assert not evidence.wav_path(tmp_path, r["id"]).exists()
+    assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
+
+
+def test_partial_audio_before_a_fault_keeps_its_chunk_times(tmp_path):
+    r = load(tmp_path, "end_without_done", requests=1).records[0]
+    assert r["status"] == "error" and r["chunks"] and r["first_audio_t"] is not None
+
+
+def test_connection_refused(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = load(tmp_path, None, endpoint=f"http://127.0.0.1:{port}", requests=3, warmups=1)
+    assert len(result.records) == 4
+    assert all(r["status"] == "error" and "connection failed" in r["error"] for r in result.records)
+    assert result.identity is None and result.identity_error
+
+
+def test_other_requests_continue_past_failures(tmp_path):
+    result = load(tmp_path, "every_other", requests=6, concurrency=1)
+    statuses = [r["status"] for r in sorted(result.records, key=lambda r: r["index"])]
+    assert statuses == ["error", "ok"] * 3
+    assert result.summary["n_ok"] == 3 and result.summary["error_rate"] == 0.5
+
+
+def test_total_time_bound_cancels_and_records_every_request(tmp_path):
+    result = load(tmp_path, "stall_before_headers", bound=6.0, requests=5, concurrency=2, warmups=1,
+                  timeout_s=60.0, total_timeout_s=1.0)
+    assert result.timed_out
+    by_id = {r["id"]: r for r in result.records}
+    assert set(by_id) == {"c2-w0", *(f"c2-r{i}" for i in range(5))}
+    assert by_id["c2-w0"]["error"].startswith("cancelled")
+    # the deadline fell during the warm-up: no measured request was sent
+    assert all(by_id[f"c2-r{i}"]["error"].startswith("not sent") for i in range(5))
+    assert all(by_id[f"c2-r{i}"]["send_t"] is None for i in range(5))

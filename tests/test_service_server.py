@@ -1,0 +1,366 @@
+"""The reference speech server on real loopback sockets: health, validation, busy, SSE, identity, loopback."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import pytest
+
+from pytest_s2st.errors import S2STError
+from pytest_s2st.service.server import (
+    check_loopback,
+    demo_tone_synthesizer,
+    make_app,
+    pipeline_synthesizer,
+    run_server,
+    serve_app,
+)
+
+IDENTITY = {"code": {"version": "test"}, "assets": {"m.bin": "ab" * 32}, "device": "cpu", "threads": 1}
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+async def started(synth, **kw):
+    app = make_app(synth, identity=IDENTITY, **kw)
+    runner, port = await serve_app(app, shutdown_timeout=0.5)
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def parse_sse(raw: bytes) -> list[dict]:
+    events = []
+    for block in raw.decode().split("\n\n"):
+        if block.strip():
+            assert block.startswith("data: "), block
+            events.append(json.loads(block[len("data: "):]))
+    return events
+
+
+def test_health_and_identity():
+    async def main():
+        runner, base = await started(demo_tone_synthesizer())
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.get(base + "/health") as r:
+                    assert r.status == 200
+                    assert (await r.json())["status"] == "ok"
+                async with s.get(base + "/identity") as r:
+                    assert r.status == 200 and await r.json() == IDENTITY
+        finally:
+            await runner.cleanup()
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "text"),
+        ({"text": "   "}, "text"),
+        ({"text": 5}, "text"),
+        ({"text": "x" * 4001}, "text"),
+        ({"text": "hi", "seed": "7"}, "seed"),
+        ({"text": "hi", "seed": True}, "seed"),
+        ({"text": "hi", "seed": -1}, "seed"),
+        ({"text": "hi", "voice": 3}, "voice"),
+        ({"text": "hi", "language": ["en"]}, "language"),
+        ({"text": "hi", "instruct": {}}, "instruct"),
+        ({"text": "hi", "speed": 2}, "speed"),
+        ([1, 2], "body"),
+    ],
+)
+def test_validation_names_the_field(body, field):
+    calls = []
+
+    async def main():
+        runner, base = await started(lambda req: calls.append(req) or (np.zeros(10, np.float32), 8000))
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(base + "/v1/audio/speech", json=body) as r:
+                    assert r.status == 400
+                    data = await r.json()
+                async with s.post(base + "/v1/audio/speech", data=b"{not json") as r:
+                    assert r.status == 400 and (await r.json())["field"] == "body"
+        finally:
+            await runner.cleanup()
+        return data
+
+    data = run(main())
+    assert data["field"] == field and data["error"].startswith(field)
+    assert calls == []  # invalid requests never reach the model
+
+
+def test_sse_format_chunks_and_done_event():
+    wave = np.array([0.0, 0.25, -0.25, 1.0, -1.0, 3.0, -3.0], dtype=np.float32)
+    expected = np.array([0, 8192, -8192, 32767, -32767, 32767, -32767], dtype="<i2").tobytes()  # 0.25*32767=8191.75
+    seen = []
+
+    def synth(req):
+        seen.append(req)
+        return wave, 16000
+
+    async def main():
+        runner, base = await started(synth, chunk_samples=3)
+        try:
+            async with aiohttp.ClientSession() as s:
+                body = {"text": "hello", "voice": "Ryan", "language": "English", "seed": 3, "instruct": "calm",
+                        "model": "label"}
+                async with s.post(base + "/v1/audio/speech", json=body, headers={"X-Request-Id": "c1-r0"}) as r:
+                    assert r.status == 200
+                    assert r.content_type == "text/event-stream"
+                    return await r.read()
+        finally:
+            await runner.cleanup()
+
+    events = parse_sse(run(main()))
+    audio, done = events[:-1], events[-1]
+    assert [e["type"] for e in audio] == ["audio"] * 3 and [e["index"] for e in audio] == [0, 1, 2]
+    chunks = [base64.b64decode(e["pcm"]) for e in audio]
+    assert [len(c) for c in chunks] == [6, 6, 2]  # 3 samples per event, int16
+    assert all(e["sample_rate"] == 16000 for e in audio)
+    assert b"".join(chunks) == expected
+    assert done["type"] == "done" and done["streaming"] is False and "non-streaming" in done["note"]
+    assert done["samples"] == 7 and done["sample_rate"] == 16000
+    assert done["audio_seconds"] == pytest.approx(7 / 16000)
+    assert done["pcm_sha256"] == hashlib.sha256(expected).hexdigest()
+    assert seen == [{"text": "hello", "voice": "Ryan", "language": "English", "seed": 3, "instruct": "calm",
+                     "id": "c1-r0"}]
+
+
+def test_busy_503_when_queue_full_and_queued_requests_still_served():
+    release, running = threading.Event(), threading.Event()
+
+    def slow(req):
+        running.set()
+        assert release.wait(10)
+        return np.full(100, 0.1, np.float32), 8000
+
+    async def main():
+        runner, base = await started(slow, queue_size=1)
+        try:
+            async with aiohttp.ClientSession() as s:
+                url = base + "/v1/audio/speech"
+                first = asyncio.create_task(s.post(url, json={"text": "one"}))
+                assert await asyncio.to_thread(running.wait, 5)  # the model thread holds request one
+                second = asyncio.create_task(s.post(url, json={"text": "two"}))
+                for _ in range(200):  # until request two waits in the queue
+                    async with s.get(base + "/health") as h:
+                        if (await h.json())["queued"] == 1:
+                            break
+                    await asyncio.sleep(0.01)
+                else:
+                    raise AssertionError("request two never queued")
+                async with s.post(url, json={"text": "three"}) as r:
+                    busy = (r.status, await r.json())
+                release.set()
+                bodies = []
+                for task in (first, second):
+                    resp = await task
+                    bodies.append((resp.status, parse_sse(await resp.read())[-1]["type"]))
+                    resp.release()
+                async with s.get(base + "/health") as h:
+                    health = await h.json()
+                return busy, bodies, health
+        finally:
+            release.set()
+            await runner.cleanup()
+
+    busy, bodies, health = run(main())
+    assert busy == (503, {"error": "busy"})
+    assert bodies == [(200, "done"), (200, "done")]
+    assert health["busy_rejections"] == 1 and health["served"] == 2
+
+
+def test_synthesis_error_is_500_and_worker_survives():
+    def flaky(req):
+        if req["text"] == "boom":
+            raise RuntimeError("model exploded")
+        if req["text"] == "nan":
+            return np.array([np.nan], np.float32), 8000
+        if req["text"] == "2d":
+            return np.zeros((2, 2), np.float32), 8000
+        return np.full(10, 0.5, np.float32), 8000
+
+    async def main():
+        runner, base = await started(flaky)
+        out = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for text in ("boom", "nan", "2d", "fine"):
+                    async with s.post(base + "/v1/audio/speech", json={"text": text}) as r:
+                        out.append((r.status, await r.read()))
+        finally:
+            await runner.cleanup()
+        return out
+
+    (s1, b1), (s2, b2), (s3, b3), (s4, b4) = run(main())
+    assert s1 == 500 and "model exploded" in json.loads(b1)["error"]
+    assert s2 == 500 and "non-finite" in json.loads(b2)["error"]
+    assert s3 == 500 and "2-D" in json.loads(b3)["error"]
+    assert s4 == 200 and parse_sse(b4)[-1]["type"] == "done"
+
+
+def test_loopback_only():
+    assert check_loopback("127.0.0.1") == "127.0.0.1"
+    assert check_loopback("::1") == "::1"
+    assert check_loopback("localhost") == "127.0.0.1"
+    for host in ("0.0.0.0", "10.1.2.3", "example.com", "::"):
+        with pytest.raises(S2STError, match="loopback"):
+            check_loopback(host)
+    with pytest.raises(S2STError, match="loopback"):
+        run_server(demo_tone_synthesizer(), host="0.0.0.0", port=0, identity={})
+
+
+def test_pipeline_synthesizer_chains_stages():
+    calls = []
+
+    class Stage:
+        def __init__(self, name, fn):
+            self.name, self.fn = name, fn
+
+        def forward(self, x):
+            calls.append((self.name, x))
+            return self.fn(x)
+
+        def to_next_input(self, out):
+            return {"bridged": out}
+
+    class Pipe:
+        model_type = "fake"
+        stages = [Stage("a", lambda x: len(x["text"])),
+                  Stage("b", lambda x: {"waveform": [0.1] * x["bridged"], "sample_rate": 1000})]
+
+        def prepare_sample(self, sample):
+            calls.append(("prepare", sample))
+            return sample
+
+    wave, sr = pipeline_synthesizer(Pipe())({"text": "abcd", "voice": "v", "seed": 1, "id": "c1-r0"})
+    assert sr == 1000 and wave.dtype == np.float32 and wave.shape == (4,)
+    assert calls[0] == ("prepare", {"text": "abcd", "language": None, "voice": "v", "seed": 1, "id": "c1-r0"})
+    assert calls[2] == ("b", {"bridged": 4})
+
+    class Bad(Pipe):
+        stages = [Stage("only", lambda x: {"text": "not speech"})]
+
+    with pytest.raises(ValueError, match="waveform"):
+        pipeline_synthesizer(Bad())({"text": "x"})
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return json.loads(path.read_text())
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited early: {proc.stderr.read()}")
+        time.sleep(0.05)
+    raise AssertionError("identity file never appeared")
+
+
+def _post_once(endpoint: str) -> tuple[int, list[dict]]:
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(endpoint.rsplit("/v1/", 1)[0] + "/health") as h:
+                assert h.status == 200
+            async with s.post(endpoint, json={"text": "abc", "seed": 1}) as r:
+                return r.status, parse_sse(await r.read())
+
+    return run(main())
+
+
+@pytest.mark.parametrize("mode", ["demo-tone", "config"])
+def test_cli_serves_writes_identity_and_stops_on_sigterm(tmp_path, mode):
+    ident = tmp_path / "identity.json"
+    args = ["--demo-tone"]
+    if mode == "config":
+        (tmp_path / "tone.py").write_text(textwrap.dedent("""
+            import numpy as np
+            def make():
+                return lambda sample: {"waveform": np.full(len(sample["text"]) * 100, 0.2, np.float32),
+                                       "sample_rate": 8000}
+        """))
+        cfg = tmp_path / "tts.yaml"
+        cfg.write_text("general:\n  model_type: callable\nstage1:\n  entry: tone.py:make\n")
+        args = ["--s2st-config", str(cfg)]
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", *args, "--port", "0",
+                             "--identity-output", str(ident), "--queue-size", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        identity = _wait_for_file(ident, proc)
+        assert identity["host"] == "127.0.0.1" and identity["port"] > 0 and identity["queue_size"] == 3
+        assert identity["code"]["package"] == "pytest-s2st" and len(identity["code"]["server_module_sha256"]) == 64
+        status, events = _post_once(identity["endpoint"])
+        assert status == 200 and events[-1]["type"] == "done"
+        if mode == "config":
+            assert identity["model_type"] == "callable"
+            assert identity["config"]["sha256"] == hashlib.sha256((tmp_path / "tts.yaml").read_bytes()).hexdigest()
+            assert events[-1]["samples"] == 300 and events[-1]["sample_rate"] == 8000
+            assert any(p.endswith("tone.py") for p in identity["assets"])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_refuses_non_loopback_in_one_line():
+    out = subprocess.run([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--port", "0",
+                          "--host", "0.0.0.0"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "loopback" in out.stderr
+
+
+def test_client_that_gives_up_while_queued_costs_no_model_time():
+    release, running = threading.Event(), threading.Event()
+    texts = []
+
+    def slow(req):
+        texts.append(req["text"])
+        running.set()
+        assert release.wait(10)
+        return np.full(100, 0.1, np.float32), 8000
+
+    async def main():
+        runner, base = await started(slow, queue_size=2)
+        try:
+            url = base + "/v1/audio/speech"
+            async with aiohttp.ClientSession() as s:
+                first = asyncio.create_task(s.post(url, json={"text": "one"}))
+                assert await asyncio.to_thread(running.wait, 5)
+                async with aiohttp.ClientSession() as impatient:  # its own connection, closed below
+                    gone = asyncio.create_task(impatient.post(url, json={"text": "abandoned"}))
+                    for _ in range(200):
+                        async with s.get(base + "/health") as h:
+                            if (await h.json())["queued"] == 1:
+                                break
+                        await asyncio.sleep(0.01)
+                    gone.cancel()
+                await asyncio.sleep(0.2)  # the server notices the closed connection
+                release.set()
+                resp = await first
+                await resp.read()
+                async with s.post(url, json={"text": "three"}) as r:
+                    await r.read()
+                    return r.status
+        finally:
+            release.set()
+            await runner.cleanup()
+
+    assert run(main()) == 200
+    assert texts == ["one", "three"]
