@@ -6,8 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 EXTRAS ?= dev,fairseq,papi,quality,qwen
-STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 comma := ,
+STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 

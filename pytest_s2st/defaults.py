@@ -1,7 +1,7 @@
 """The embedded default: what `pytest benchmarks/` runs when no --s2st-config is given.
 
-The callable demo always; the tiny real fairseq models of every kind when fairseq is installed
-(built offline on first use, then cached).
+The callable demo always; the tiny real fairseq models of every kind when fairseq is installed,
+and a tiny random Qwen3-TTS when qwen-tts is (both built offline on first use, then cached).
 """
 from __future__ import annotations
 
@@ -9,17 +9,46 @@ import importlib.util
 import os
 from pathlib import Path
 
+QWEN_YAML = """\
+# Embedded default: the tiny random Qwen3-TTS (built offline, manifest-checked), as a service.
+general:
+  name: tiny
+  model_type: Qwen3TTS
+stage1:
+  path: {path}
+  max_new_tokens: 25
+  dtype: float32
+"""
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("S2ST_CACHE_DIR") or Path.home() / ".cache" / "pytest-s2st")
+
+
+def _available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def stage_qwen_config() -> Path:
+    from .stage.qwen_tiny import tiny_qwen3tts_dir
+
+    model_dir = tiny_qwen3tts_dir()
+    config = model_dir.parent / f"{model_dir.name}.yaml"
+    if not config.exists():
+        tmp = config.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(QWEN_YAML.format(path=model_dir))
+        os.replace(tmp, config)
+    return config
 
 
 def default_config_paths() -> list[Path]:
     from .demo import stage_demo
 
     paths = [stage_demo(cache_dir() / "demo")]
-    if importlib.util.find_spec("fairseq") is not None:
-        from .stage import default_configs
+    if _available("fairseq"):
+        from .stage.fairseq_tiny import default_configs
 
         paths += default_configs()
+    if _available("qwen_tts"):
+        paths.append(stage_qwen_config())
     return paths

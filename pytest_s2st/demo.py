@@ -19,7 +19,7 @@ stage1:
 """
 
 
-def build_mlp(hidden: int = 256, feat_dim: int = 80, seed: int = 1):
+def build_mlp(hidden: int = 256, feat_dim: int = 80, seed: int = 1, device: str = "cpu"):
     import torch
 
     torch.manual_seed(seed)
@@ -27,11 +27,11 @@ def build_mlp(hidden: int = 256, feat_dim: int = 80, seed: int = 1):
         torch.nn.Linear(feat_dim, hidden), torch.nn.ReLU(),
         torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
         torch.nn.Linear(hidden, feat_dim),
-    ).eval()
+    ).eval().to(device)
 
     @torch.inference_mode()
     def forward(sample):
-        tokens = torch.as_tensor(sample["net_input"]["src_tokens"], dtype=torch.float32)
+        tokens = torch.as_tensor(sample["net_input"]["src_tokens"], dtype=torch.float32, device=device)
         return model(tokens)
 
     return forward

@@ -151,19 +151,9 @@ def test_read_records_tolerates_only_a_truncated_last_line(tmp_path):
 def test_server_killed_mid_run(tmp_path):
     """A subprocess server is SIGKILLed after a few requests: those finished stay ok and readable,
     every later request is an error with a reason, and the run ends long before its bound."""
-    ident = tmp_path / "identity.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s", "0.05",
-                             "--port", "0", "--identity-output", str(ident)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc, endpoint = _start_tone_server(tmp_path, 0.05)
     out = tmp_path / "run"
     try:
-        deadline = time.monotonic() + 20
-        while not ident.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "server never came up"
-            time.sleep(0.05)
-        endpoint = json.loads(ident.read_text())["endpoint"]
-
         async def killer():
             while len(evidence.read_records(out)) < 6:
                 await asyncio.sleep(0.01)
@@ -250,3 +240,47 @@ def test_workload_empty_or_missing(tmp_path):
         load_workload(tmp_path / "empty.jsonl")
     with pytest.raises(S2STError, match="cannot read"):
         load_workload(tmp_path / "absent.jsonl")
+
+
+def _start_tone_server(tmp_path, delay_s: float) -> tuple[subprocess.Popen, str]:
+    ident = tmp_path / "identity.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s",
+                             str(delay_s), "--port", "0", "--identity-output", str(ident)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not ident.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "server never came up"
+        time.sleep(0.05)
+    return proc, json.loads(ident.read_text())["endpoint"]
+
+
+def test_client_killed_mid_run_leaves_readable_evidence(tmp_path):
+    """SIGKILL the load generator itself: every record on disk is whole, and each ok one has its WAV."""
+    server, endpoint = _start_tone_server(tmp_path, 0.01)
+    out = tmp_path / "run"
+    code = ("import asyncio, sys; from pathlib import Path; from pytest_s2st.service.client import run_load; "
+            "from pytest_s2st.service.workload import load_workload; "
+            "asyncio.run(run_load(sys.argv[1], load_workload(), 2, out_dir=Path(sys.argv[2]), requests=500))")
+    client = subprocess.Popen([sys.executable, "-c", code, endpoint, str(out)])
+    try:
+        deadline = time.monotonic() + 20
+        while len(evidence.read_records(out)) < 8:
+            assert client.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=10)
+    finally:
+        for proc in (client, server):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    records = evidence.read_records(out)
+    assert 8 <= len(records) < 501
+    for r in records:
+        assert r["status"] == "ok", r
+        data, sr = sf.read(evidence.wav_path(out, r["id"]), dtype="int16")
+        assert hashlib.sha256(data.astype("<i2").tobytes()).hexdigest() == r["pcm_sha256"]
+    for wav in (out / "wav").glob("*.wav"):  # no half-written file under a final name
+        sf.read(wav, dtype="int16")
+    assert not (out / "summary.json").exists()  # the run never finished: no summary claims otherwise

@@ -364,3 +364,30 @@ def test_client_that_gives_up_while_queued_costs_no_model_time():
 
     assert run(main()) == 200
     assert texts == ["one", "three"]
+
+
+def test_failure_after_streaming_started_is_an_sse_error_event(monkeypatch):
+    from pytest_s2st.service import server
+
+    real = server.sse_event
+
+    def failing_done(payload):
+        if payload["type"] == "done":
+            raise RuntimeError("hash unit on fire")
+        return real(payload)
+
+    monkeypatch.setattr(server, "sse_event", failing_done)
+
+    async def main():
+        runner, base = await started(lambda req: (np.full(10, 0.5, np.float32), 8000))
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(base + "/v1/audio/speech", json={"text": "x"}) as r:
+                    return r.status, await r.read()
+        finally:
+            await runner.cleanup()
+
+    status, raw = run(main())
+    events = parse_sse(raw)
+    assert status == 200 and [e["type"] for e in events] == ["audio", "error"]
+    assert "hash unit on fire" in events[-1]["message"]

@@ -80,7 +80,7 @@ class CallablePipeline:
         self.stages = []
 
 
-def _build_stage(index: int, stage: dict[str, Any], config_path: Path) -> CallableStage:
+def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: str) -> CallableStage:
     where = f"{config_path} (stage{index}.entry)"
     factory = _load_entry(stage.get("entry"), where)
     # pass only the keys the factory declares, so general keys (dataset_path, ...) do not leak in
@@ -89,6 +89,8 @@ def _build_stage(index: int, stage: dict[str, Any], config_path: Path) -> Callab
     except (TypeError, ValueError):
         params = {}
     kwargs = {k: v for k, v in stage.items() if k in params and k != "entry"}
+    if "device" in params:
+        kwargs["device"] = device  # the resolved device (cpu/cuda/npu), for factories that place their model
     try:
         fn = factory(**kwargs)
     except Exception as exc:
@@ -102,4 +104,4 @@ def _build_stage(index: int, stage: dict[str, Any], config_path: Path) -> Callab
 def build(stages: list[dict[str, Any]], *, device: str, config_path: Path) -> CallablePipeline:
     if not stages:
         raise S2STError(f"{config_path}: model_type 'callable' needs stage1 with an entry")
-    return CallablePipeline([_build_stage(i + 1, s, config_path) for i, s in enumerate(stages)])
+    return CallablePipeline([_build_stage(i + 1, s, config_path, device) for i, s in enumerate(stages)])

@@ -121,6 +121,10 @@ def make_app(
     app = web.Application()
     app[_STATE] = {"ready": False, "served": 0, "failed": 0, "busy": 0}
 
+    def generate(request: dict) -> tuple[bytes, int]:
+        # on the model thread: the int16 conversion of a long waveform stays off the event loop
+        return to_pcm16(*synthesize(request))
+
     async def worker(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
         queue = app[_QUEUE]
@@ -129,7 +133,7 @@ def make_app(
             if job.future.cancelled():  # client went away while queued: skip the work
                 continue
             try:
-                result = await loop.run_in_executor(app[_EXECUTOR], synthesize, job.request)
+                result = await loop.run_in_executor(app[_EXECUTOR], generate, job.request)
             except Exception as exc:  # reported to that request; the worker lives on
                 if not job.future.done():
                     job.future.set_exception(exc)
@@ -179,8 +183,7 @@ def make_app(
             app[_STATE]["busy"] += 1
             return web.json_response({"error": "busy"}, status=503)
         try:
-            waveform, sample_rate = await job.future
-            pcm, sample_rate = to_pcm16(waveform, sample_rate)
+            pcm, sample_rate = await job.future
         except asyncio.CancelledError:
             job.future.cancel()
             raise
@@ -215,8 +218,13 @@ def make_app(
         except ConnectionError:
             return response  # client went away mid-stream; nothing left to tell it
         except Exception as exc:  # headers already sent: report in-band
-            await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
-            await response.write_eof()
+            app[_STATE]["failed"] += 1
+            try:
+                await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
+                await response.write_eof()
+            except ConnectionError:
+                pass
+            return response
         app[_STATE]["served"] += 1
         return response
 

@@ -1,0 +1,261 @@
+"""Whole-process comparison: one pytest-s2st session against fairseq's get_metrics.py, one per config.
+
+Both sides run as subprocesses on the same staged configs, samples (general.dataset_size), repeat
+and warm-up (upstream hard-codes warm_up(repeat=2) on sample 0, then gather_all_metrics(repeat=1))
+and thread count (OMP_NUM_THREADS / MKL_NUM_THREADS in both environments; ours also --s2st-threads).
+A wall is perf_counter from spawn to exit: interpreter start and imports included, as a user waits.
+FLOPs come from upstream's printed lines and from our --benchmark-json; upstream's flops are
+torch's FlopCounterMode behind its PAPI calls (see pipelines/fairseq_upstream.py), so both sides
+use the same counter and should agree to the rounding upstream applies (round(mean)).
+
+    python -m pytest_s2st.compare_upstream --rounds 3 [--tests benchmarks/test_inference.py]
+
+pytest-free: benchmarks/test_vs_upstream.py drives it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import S2STError
+
+UPSTREAM_MODULE = "pytest_s2st.pipelines.fairseq_upstream"
+UPSTREAM_WARMUP = 2  # get_metrics.cli_main: model.warm_up(sample=dataset[0], repeat=2)
+UPSTREAM_REPEAT = 1  # get_metrics.cli_main: model.gather_all_metrics(dataset, repeat=1)
+
+_FINAL = re.compile(r"^run_time = (\S+)sec \tmemory = (\S+)MiB \tflops = (\S+)\s*$", re.M)
+_STAGE_FLOPS = re.compile(r"^metric_type = count_flops\s+(.*)$", re.M)
+_STAGE_VALUE = re.compile(r"(\w+)_metrics = (\S+)")
+_SAMPLES = re.compile(r"Benchmarked run time for \d+/(\d+) samples")
+_DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+\S+::\S+\[(.+?)\]\s*$", re.M)
+
+
+@dataclass
+class ProcessRun:
+    """One subprocess: wall (spawn to exit), CPU seconds of the child, exit status, output."""
+
+    wall_s: float
+    cpu_s: float
+    returncode: int
+    output: str = field(repr=False)
+
+
+@dataclass
+class SideResult:
+    """One side of one round. flops: {model_type: {"total": x, <stage>: y, ...}}; per_type_wall_s
+    only for upstream (one process per config); phases_s: ours, pytest --durations per case."""
+
+    wall_s: float
+    cpu_s: float
+    flops: dict[str, dict[str, float]]
+    samples: dict[str, int]
+    per_type_wall_s: dict[str, float] = field(default_factory=dict)
+    phases_s: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    env.pop("PYTEST_ADDOPTS", None)  # the outer session's options are not ours to pass on
+    return env
+
+
+def run_process(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> ProcessRun:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return ProcessRun(wall, cpu, proc.returncode, proc.stdout)
+
+
+def config_dataset_size(config: Path) -> int | None:
+    import yaml
+
+    general = (yaml.safe_load(config.read_text()) or {}).get("general") or {}
+    return general.get("dataset_size")
+
+
+def check_configs(configs: list[Path], dataset_size: int) -> None:
+    """Upstream takes dataset_size only from the config: ours must use the same number."""
+    for config in configs:
+        if not config.is_file():
+            raise S2STError(f"{config}: no such config")
+        size = config_dataset_size(config)
+        if size != dataset_size:
+            raise S2STError(f"{config}: general.dataset_size is {size!r}, the comparison runs {dataset_size} "
+                            "samples (upstream reads only the config)")
+
+
+# ---------------------------------------------------------------- upstream
+
+def parse_upstream(output: str) -> tuple[dict[str, float], int | None]:
+    """({"total": flops, <stage>: flops ...}, samples) from get_metrics.py's printed lines."""
+    finals = _FINAL.findall(output)
+    if not finals:
+        raise ValueError("upstream printed no 'run_time = ... flops = ...' line")
+    flops: dict[str, float] = {"total": float(finals[-1][2])}
+    stage_line = _STAGE_FLOPS.findall(output)
+    if stage_line:  # cascades print each stage's mean
+        flops.update((name, float(value)) for name, value in _STAGE_VALUE.findall(stage_line[-1]))
+    samples = _SAMPLES.search(output)
+    return flops, int(samples.group(1)) if samples else None
+
+
+def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable) -> tuple[ProcessRun, dict[str, float], int | None]:
+    # upstream resolves the config's relative paths against the current directory
+    run = run_process([python, "-m", UPSTREAM_MODULE, "", "--config", config.name], cwd=config.parent, env=thread_env(threads))
+    if run.returncode != 0:
+        raise RuntimeError(f"upstream get_metrics.py failed on {config} (exit {run.returncode}):\n{run.output[-3000:]}")
+    flops, samples = parse_upstream(run.output)
+    return run, flops, samples
+
+
+def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executable) -> SideResult:
+    result = SideResult(0.0, 0.0, {}, {})
+    for config in configs:
+        kind = config.stem  # the staged configs are named <model_type>.yaml
+        run, flops, samples = run_upstream_one(config, threads=threads, python=python)
+        result.wall_s += run.wall_s
+        result.cpu_s += run.cpu_s
+        result.per_type_wall_s[kind] = run.wall_s
+        result.flops[kind] = flops
+        if samples is not None:
+            result.samples[kind] = samples
+    return result
+
+
+# ---------------------------------------------------------------- ours
+
+def parse_ours(report: dict) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    flops: dict[str, dict[str, float]] = {}
+    samples: dict[str, int] = {}
+    for bench in report["benchmarks"]:
+        s2st = bench["extra_info"]["s2st"]
+        kind = s2st["model_type"]
+        entry = {"total": s2st["metrics"]["flops"]["value"]}
+        entry.update((stage["name"], stage["metrics"]["flops"]["value"]) for stage in s2st.get("stages") or [])
+        flops[kind] = entry
+        samples[kind] = s2st["samples"]
+    return flops, samples
+
+
+def parse_durations(output: str) -> dict[str, dict[str, float]]:
+    """pytest --durations=0 lines -> {case id: {"setup": s, "call": s, "teardown": s}}."""
+    phases: dict[str, dict[str, float]] = {}
+    for seconds, phase, case in _DURATION.findall(output):
+        phases.setdefault(case, {})[phase] = float(seconds)
+    return phases
+
+
+def run_ours(configs: list[Path], *, tests: Path, dataset_size: int, threads: int,
+             python: str = sys.executable) -> SideResult:
+    with tempfile.TemporaryDirectory(prefix="s2st-vs-upstream-") as tmp:
+        report = Path(tmp) / "ours.json"
+        cmd = [python, "-m", "pytest", str(tests), "-q", "-p", "no:cacheprovider",
+               "--s2st-dataset-size", str(dataset_size), "--s2st-repeat", str(UPSTREAM_REPEAT),
+               "--s2st-warmup", str(UPSTREAM_WARMUP), "--s2st-threads", str(threads),
+               "--benchmark-json", str(report), "--durations=0", "--durations-min=0"]
+        for config in configs:
+            cmd += ["--s2st-config", str(config)]
+        run = run_process(cmd, cwd=Path.cwd(), env=thread_env(threads))
+        if run.returncode != 0:
+            raise RuntimeError(f"pytest-s2st session failed (exit {run.returncode}):\n{run.output[-3000:]}")
+        flops, samples = parse_ours(json.loads(report.read_text()))
+    return SideResult(run.wall_s, run.cpu_s, flops, samples, phases_s=parse_durations(run.output))
+
+
+# ---------------------------------------------------------------- comparison
+
+def compare_flops(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """Per type: equal when every number upstream printed matches ours to within upstream's
+    rounding (it prints round(mean)); a single-stage type compares its total only."""
+    out: dict[str, dict] = {}
+    for kind, their in theirs.items():
+        our = ours.get(kind, {})
+        diffs = {}
+        for name, value in their.items():
+            mine = our.get(name)
+            if mine is None or abs(mine - value) > 0.5:
+                diffs[name] = {"ours": mine, "theirs": value}
+        out[kind] = {"equal": not diffs and kind in ours, "ours": our, "theirs": their, "differences": diffs}
+    return out
+
+
+def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, configs: list[Path],
+              dataset_size: int, threads: int) -> dict:
+    """Medians over rounds, the ratio ours/upstream, FLOPs and sample-count equality (last round)."""
+    ours_wall = statistics.median(r.wall_s for r in ours_runs)
+    their_wall = statistics.median(r.wall_s for r in their_runs)
+    flops = compare_flops(ours_runs[-1].flops, their_runs[-1].flops)
+    ours_samples, their_samples = ours_runs[-1].samples, their_runs[-1].samples
+    return {
+        "method": "perf_counter from subprocess spawn to exit (imports included); rounds alternate "
+                  f"ours/upstream; medians; threads={threads} on both sides",
+        "configs": [str(c) for c in configs],
+        "dataset_size": dataset_size, "repeat": UPSTREAM_REPEAT, "warmup": UPSTREAM_WARMUP, "threads": threads,
+        "rounds": len(ours_runs),
+        "ours_wall_s": ours_wall,
+        "upstream_wall_s": their_wall,  # the sum of its per-config process walls, median over rounds
+        "ratio": ours_wall / their_wall,
+        "ours_cpu_s": statistics.median(r.cpu_s for r in ours_runs),
+        "upstream_cpu_s": statistics.median(r.cpu_s for r in their_runs),
+        "ours_walls_s": [r.wall_s for r in ours_runs],
+        "upstream_walls_s": [r.wall_s for r in their_runs],
+        "upstream_per_type_wall_s": {k: statistics.median(r.per_type_wall_s[k] for r in their_runs)
+                                     for k in their_runs[-1].per_type_wall_s},
+        "ours_phases_s": ours_runs[-1].phases_s,
+        "samples": {"ours": ours_samples, "upstream": their_samples,
+                    "equal": bool(their_samples) and all(ours_samples.get(k) == v for k, v in their_samples.items())},
+        "flops": flops,
+        "flops_equal": all(v["equal"] for v in flops.values()),
+    }
+
+
+def compare(configs: list[Path], *, tests: Path, rounds: int = 3, dataset_size: int = 2, threads: int = 1,
+            python: str = sys.executable, log=None) -> dict:
+    """Alternate ours, theirs, ours, theirs... ``rounds`` times, then summarize()."""
+    configs = [Path(c).resolve() for c in configs]
+    check_configs(configs, dataset_size)
+    ours_runs: list[SideResult] = []
+    their_runs: list[SideResult] = []
+    for i in range(rounds):
+        ours_runs.append(run_ours(configs, tests=Path(tests).resolve(), dataset_size=dataset_size, threads=threads, python=python))
+        their_runs.append(run_upstream(configs, threads=threads, python=python))
+        if log:
+            log(f"round {i + 1}/{rounds}: ours {ours_runs[-1].wall_s:.2f} s, upstream {their_runs[-1].wall_s:.2f} s")
+    return summarize(ours_runs, their_runs, configs=configs, dataset_size=dataset_size, threads=threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tests", default="benchmarks/test_inference.py", help="our benchmark file")
+    parser.add_argument("--dataset-size", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--config", action="append", help="default: the seven staged tiny fairseq configs")
+    args = parser.parse_args(argv)
+    if args.config:
+        configs = [Path(c) for c in args.config]
+    else:
+        from .stage.fairseq_tiny import default_configs
+
+        configs = default_configs()
+    result = compare(configs, tests=Path(args.tests), rounds=args.rounds, dataset_size=args.dataset_size,
+                     threads=args.threads, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
