@@ -122,8 +122,11 @@ def _read_npy(path: Path) -> Any:
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
             elif version == (2, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:  # 3.0 (utf-8 header) has no public reader
-                shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+            elif version == (3, 0):  # utf-8 header: no public reader; numpy 2 keeps it in _format_impl
+                impl = getattr(np.lib, "_format_impl", np.lib.format)
+                shape, fortran, dtype = impl._read_array_header(f, version)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
         except (ValueError, OSError, SyntaxError) as e:
             raise S2STError(f"{path}: not a .npy file: {' '.join(str(e).split())}") from None
         if not dtype.hasobject:

@@ -5,7 +5,9 @@ qwen_tts here; the core modules that need them are imported inside fixtures.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -229,18 +231,38 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         if settings.get("dataset_size"):
             samples = samples[: settings["dataset_size"]]
         measure_pipeline(pipeline, samples, run_settings, case_id=measurement.case_id,
-                         drive_timing=drive, measurement=measurement)
+                         drive_timing=drive, measurement=measurement,
+                         progress=_progress_writer(request.config, measurement.case_id))
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if settings.get("dump_dir"):
-            from .dump import dump_outputs
+            from .dump import dump_waveforms
 
             general = case.config.general if case else {}
-            dump_outputs(measurement.outputs, settings["dump_dir"], case_id=measurement.case_id,
-                         prefix=str(general.get("dump_waveform_file_prefix", "")),
-                         target_sr=general.get("target_sr"))
+            speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
+            if speech:
+                try:
+                    dump_waveforms(speech, Path(settings["dump_dir"]) / measurement.case_id,
+                                   str(general.get("dump_waveform_file_prefix", "")), general.get("target_sr"))
+                except S2STError as exc:
+                    _fail(exc)
         return measurement
 
     return run
+
+
+def _progress_writer(config: pytest.Config, case_id: str):
+    """Progress of long datasets on the terminal, between the test's own output (capture suspended)."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if tr is None or config.getoption("quiet", 0) > 1:
+        return None
+
+    def report(stage: str, phase: str, done: int, total: int) -> None:
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
+            tr.ensure_newline()
+            tr.write_line(f"s2st [{case_id}] {stage}: {phase} {done}/{total}")
+
+    return report
 
 
 def _item_verdict(item: pytest.Item):

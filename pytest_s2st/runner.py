@@ -17,6 +17,9 @@ from .measure.flops import count_flops
 from .measure.memory import MemoryProbe, resolve_memory_method
 from .measure.record import Metric
 
+PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
+Progress = Callable[[str, str, int, int], None]  # (stage, pass, done, total)
+
 METRICS = ("runtime_s", "peak_rss_mib", "peak_delta_mib", "device_peak_mib", "flops")
 SUMMED = ("runtime_s", "flops")  # cascades: runtime and FLOPs add up, memory peaks take the max
 
@@ -107,10 +110,15 @@ def _mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
 class StageMeasurer:
     """The untimed passes of one stage: warm-up, memory, device peak, FLOPs."""
 
-    def __init__(self, settings: RunSettings):
+    def __init__(self, settings: RunSettings, progress: Progress | None = None):
         self.settings = settings
+        self.progress = progress
         method, self.memory_fallback = resolve_memory_method(settings.memory)
         self.memory = MemoryProbe(method, self.memory_fallback)
+
+    def _tick(self, stage: str, phase: str, index: int, total: int) -> None:
+        if self.progress is not None and index and index % PROGRESS_EVERY == 0:
+            self.progress(stage, phase, index, total)
 
     def _synced(self, stage, x):
         out = stage.forward(x)
@@ -126,7 +134,8 @@ class StageMeasurer:
         outputs: list[Any] | None = None
         if self.settings.memory != "off" or device.name != "cpu":
             per_sample, device_peaks, outputs = [], [], []
-            for x in inputs:
+            for i, x in enumerate(inputs):
+                self._tick(stage.name, "memory", i, len(inputs))
                 device.reset_peak()
                 out, mem = self.memory.measure(self._synced, stage, x)
                 device_peaks.append(device.peak_mib())
@@ -143,7 +152,8 @@ class StageMeasurer:
             result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
 
         flop_counts, flop_outputs = [], []
-        for x in inputs:
+        for i, x in enumerate(inputs):
+            self._tick(stage.name, "flops", i, len(inputs))
             out, metric = count_flops(self.settings.flops, self._synced, stage, x)
             flop_counts.append(metric)
             flop_outputs.append(out)
@@ -166,7 +176,8 @@ class TimedRounds:
     """
 
     def __init__(self, stages: Sequence[Any], stage_inputs: Sequence[Sequence[Any]], device: Device, repeat: int,
-                 timer: Callable[[], float] = time.perf_counter):
+                 timer: Callable[[], float] = time.perf_counter, progress: Progress | None = None):
+        self.progress = progress
         self.stages = list(stages)
         self.stage_inputs = stage_inputs
         self.device = device
@@ -177,6 +188,9 @@ class TimedRounds:
         self._next = 0
 
     def setup(self):
+        # pytest-benchmark calls this outside the clock, so progress costs the timings nothing
+        if self.progress is not None and self._next and self._next % PROGRESS_EVERY == 0:
+            self.progress("all stages", "timing", self._next, self.count)
         index = self._next % self.n_samples
         self._next += 1
         return (index,), {}
@@ -208,7 +222,7 @@ class TimedRounds:
 
 def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
                      drive_timing: Callable[[TimedRounds], str] | None = None,
-                     measurement: Measurement | None = None) -> Measurement:
+                     measurement: Measurement | None = None, progress: Progress | None = None) -> Measurement:
     """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description."""
     if not samples:
         raise ValueError("empty dataset")
@@ -224,7 +238,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         warmup=settings.warmup,
         assets=pipeline.assets(),
     )
-    measurer = StageMeasurer(settings)
+    measurer = StageMeasurer(settings, progress)
     inputs = [pipeline.prepare_sample(s) for s in samples]
     stage_inputs: list[list[Any]] = []
     outputs: list[Any] = []
@@ -235,7 +249,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         inputs = [stage.to_next_input(o) for o in outputs]
     measurement.outputs = outputs
 
-    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat)
+    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat, progress=progress)
     if drive_timing is None:
         rounds.run_all()
         timer = "time.perf_counter"

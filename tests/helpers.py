@@ -40,6 +40,14 @@ def build_alloc(mib=64):
         return float(buf[-1])
     return forward
 
+def build_speech(sample_rate=22050):
+    """A speech-producing stage: a sine whose length follows the sample's frame count."""
+    def forward(sample):
+        n = int(np.asarray(sample["net_input"]["src_lengths"]).reshape(-1)[0]) * 441
+        t = np.arange(n) / sample_rate
+        return {"waveform": (0.2 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), "sample_rate": sample_rate}
+    return forward
+
 def not_a_factory_value():
     return 42
 

@@ -341,3 +341,10 @@ def test_numpy1_protocol2_npy_loads(tmp_path):
         f.write(payload)
     loaded = ds.load_npy_dataset(p)
     np.testing.assert_array_equal(loaded[1]["net_input"]["src_tokens"], arr[1]["net_input"]["src_tokens"])
+
+
+def test_npy_with_an_unknown_format_version_is_one_clear_line(tmp_path):
+    bad = tmp_path / "g.npy"
+    bad.write_bytes(b"\x93NUMPY\x07\x00garbage")
+    with pytest.raises(S2STError, match=r"g.npy: not a .npy file: .*version"):
+        ds.load_npy_dataset(bad)

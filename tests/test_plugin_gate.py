@@ -91,3 +91,49 @@ def test_gate_pass_fail_inconclusive_on_espeak_speech(pytester, anchors):
     # the policy is saved with each run's evidence
     summary = json.loads((Path(same1["evidence_dir"]) / "summary.json").read_text())
     assert summary["by_concurrency"]["1"]["policy"]["scorer_id"] == scorer_id
+
+
+TONE_PY = '''
+import numpy as np
+
+def build_tone(seconds_per_char=0.02):
+    def forward(sample):
+        n = int(16000 * (0.2 + seconds_per_char * len(sample["text"])))
+        return {"waveform": (0.3 * np.sin(2 * np.pi * 220 * np.arange(n) / 16000)).astype(np.float32), "sample_rate": 16000}
+    return forward
+'''
+
+GATED_TEST = '''
+import pytest
+
+@pytest.mark.s2st_gate(max_duration_change_pct=5)
+def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+'''
+
+
+def test_gate_baseline_from_the_saved_run_that_benchmark_compare_names(pytester):
+    root = pytester.path
+    (root / "tone.py").write_text(TONE_PY)
+    (root / "wl.jsonl").write_text("".join(
+        json.dumps({"id": f"u{i}", "text": "hello there " * (i + 1), "language": "en", "voice": "a", "seed": i}) + "\n"
+        for i in range(3)))
+    cfg = root / "tone.yaml"
+    cfg.write_text("general:\n  name: tone\n  model_type: callable\n  workload: wl.jsonl\n  warmup: 1\n"
+                   "stage1:\n  entry: tone.py:build_tone\n")
+    pytester.makepyfile(test_service=GATED_TEST)
+    base = ["-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-concurrency=1"]
+    # run 1 saves the baseline; with nothing to compare against, the gate is INCONCLUSIVE
+    first = pytester.runpytest_subprocess(*base, "--benchmark-autosave")
+    assert first.parseoutcomes() == {"inconclusive": 1}
+    # run 2, same model: judged against run 1's evidence -> PASS with a speedup
+    same = pytester.runpytest_subprocess(*base, "--benchmark-compare", "--benchmark-json=same.json")
+    assert same.parseoutcomes() == {"passed": 1}, same.stdout.str()
+    gate = json.loads((root / "same.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]["gate"]
+    assert gate["status"] == "PASS" and gate["speedup"]["c1"] > 0
+    same.stdout.fnmatch_lines(["gate test_service?callable-tone-c1?: PASS against *; speedup (rtf): c1 *x"])
+    # run 3, a model that speaks 50 % longer: FAIL on the duration threshold
+    cfg.write_text(cfg.read_text() + "  seconds_per_char: 0.03\n")
+    longer = pytester.runpytest_subprocess(*base, "--benchmark-compare")
+    assert longer.parseoutcomes() == {"failed": 1}
+    longer.stdout.fnmatch_lines(["s2st FAIL:", "*duration*> 5*"])

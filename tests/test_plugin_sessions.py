@@ -201,3 +201,34 @@ def test_zz_no_torch():
 ''')
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-k", "no_torch")
     result.assert_outcomes(passed=1)
+
+
+def test_dump_dir_writes_upstream_named_wavs_at_target_sr(pytester):
+    import soundfile as sf
+
+    cfg = write_case(pytester.path, "speech", ["build_speech"],
+                     general_extra="dump_waveform_file_prefix: tiny\ntarget_sr: 16000\n")
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-dump-dir=dumps")
+    result.assert_outcomes(passed=1)
+    wavs = sorted((pytester.path / "dumps" / "callable-speech").glob("*.wav"))
+    assert [w.name for w in wavs] == ["tiny_0_pred.wav", "tiny_1_pred.wav", "tiny_2_pred.wav"]
+    data, rate = sf.read(wavs[0])
+    # 20 frames x 441 samples at 22.05 kHz = 0.4 s, written at 16 kHz
+    assert rate == 16000 and len(data) == 6400
+
+
+def test_long_datasets_show_progress_every_100_samples(pytester):
+    from helpers import make_dataset
+
+    cfg = write_case(pytester.path, "np", ["build_numpy"])
+    make_dataset(pytester.path / "data.npy", n=230, frames=4)
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-memory=off")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "s2st ?callable-np? stage1: flops 100/230",
+        "s2st ?callable-np? stage1: flops 200/230",
+        "s2st ?callable-np? all stages: timing 100/230",
+        "s2st ?callable-np? all stages: timing 200/230",
+    ])

@@ -1,4 +1,8 @@
-"""s2st-stage OUT: build the tiny real fairseq models, datasets and configs into OUT."""
+"""s2st-stage OUT: build the tiny real fairseq models, datasets and configs into OUT.
+
+With qwen-tts installed (the qwen extra) it also builds the tiny random Qwen3-TTS into OUT/qwen3tts
+(with its model-assets.json manifest) and OUT/configs/Qwen3TTS.yaml; --no-qwen skips it.
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
                     "dataset, text datasets and one ready-to-run config per model type into OUT.")
     parser.add_argument("out", type=Path, help="output directory (created; existing files are overwritten)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the embedded default's)")
+    parser.add_argument("--no-qwen", action="store_true", help="skip the tiny Qwen3-TTS even when qwen-tts is installed")
     args = parser.parse_args(argv)
     from ..stage import fairseq_tiny
 
@@ -23,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             raise S2STError(f"{args.out}: exists and is not a directory")
         seed = fairseq_tiny.SEED if args.seed is None else args.seed
         result = fairseq_tiny.stage_all(args.out, seed=seed)
+        qwen = None if args.no_qwen else _stage_qwen(Path(result["out_dir"]))
     except S2STError as exc:
         print(f"s2st-stage: error: {exc}", file=sys.stderr)
         return 2
@@ -39,7 +45,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dataset {name:<8} {Path(p).relative_to(out)}")
     for name, p in result["configs"].items():
         print(f"config  {name:<11} {Path(p).relative_to(out)}")
+    if qwen is not None:
+        model_dir, config = qwen
+        print(f"qwen3tts       {sum(f.stat().st_size for f in model_dir.rglob('*') if f.is_file()) / 1024:>7.1f}"
+              f"           {model_dir.relative_to(out)} (manifest: model-assets.json)")
+        print(f"config  {'Qwen3TTS':<11} {config.relative_to(out)}")
     return 0
+
+
+def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
+    import importlib.util
+
+    if importlib.util.find_spec("qwen_tts") is None:
+        print("qwen-tts not installed: no tiny Qwen3-TTS (pip install 'pytest-s2st[qwen]')")
+        return None
+    from ..defaults import QWEN_YAML
+    from ..stage.qwen_tiny import build_tiny_qwen3tts
+
+    model_dir = build_tiny_qwen3tts(out / "qwen3tts")
+    config = out / "configs" / "Qwen3TTS.yaml"
+    config.write_text(QWEN_YAML.format(path="../qwen3tts"))  # relative: the folder can be moved
+    return model_dir, config
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -603,34 +603,5 @@ def build_hubert_units(stages, *, device, config_path):
     return build("HubertUnits", stages, device=device, config_path=config_path)
 
 
-# ---------------------------------------------------------------- dumping
-
-
-def resample(wav: np.ndarray, sr: int, target_sr: int) -> np.ndarray:
-    """Polyphase resampling (scipy.signal.resample_poly, a fairseq dependency) only when the rates differ."""
-    if sr == target_sr:
-        return wav
-    from math import gcd
-
-    from scipy.signal import resample_poly
-
-    g = gcd(int(sr), int(target_sr))
-    return resample_poly(wav, target_sr // g, sr // g).astype(np.float32)
-
-
-def dump_waveforms(outputs: Sequence[dict], dump_dir: Path, prefix: str, target_sr: int) -> list[Path]:
-    """Write each {"waveform", "sample_rate"} output as {prefix}_{i}_pred.wav at target_sr (upstream naming)."""
-    import soundfile as sf
-
-    dump_dir = Path(dump_dir)
-    dump_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for i, out in enumerate(outputs):
-        if not isinstance(out, dict) or "waveform" not in out:
-            raise S2STError(f"output {i} is not a waveform; only speech outputs can be dumped")
-        wav = resample(np.asarray(out["waveform"], dtype=np.float32).reshape(-1),
-                       int(out.get("sample_rate", target_sr)), int(target_sr))
-        path = dump_dir / f"{prefix}_{i}_pred.wav"
-        sf.write(str(path), wav, int(target_sr))
-        written.append(path)
-    return written
+# dumping lives in pytest_s2st.dump; re-exported here for the fairseq pipelines' users
+from ..dump import dump_waveforms, resample  # noqa: E402,F401
