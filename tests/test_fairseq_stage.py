@@ -34,7 +34,7 @@ def _hashes(root: Path) -> dict[str, str]:
 def test_cli_restage_is_byte_identical(staged, tmp_path, capsys):
     """Same seed, another directory, through the console script: every file has the same SHA256."""
     out = tmp_path / "again"
-    assert stage_cli.main([str(out)]) == 0
+    assert stage_cli.main([str(out), "--no-qwen"]) == 0  # the fairseq part; Qwen has its own determinism test
     printed = capsys.readouterr().out
     first, second = _hashes(staged), _hashes(out)
     assert sorted(first) == sorted(second)
@@ -240,3 +240,13 @@ def test_cache_failure_leaves_nothing_and_says_where(tmp_path, monkeypatch):
     with pytest.raises(S2STError, match="cannot stage the tiny fairseq models there: No space left on device"):
         fairseq_tiny.default_configs(target)
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_cli_also_stages_the_tiny_qwen3tts_with_its_manifest(tmp_path, capsys):
+    from pytest_s2st.assets import check_manifest
+
+    out = tmp_path / "all"
+    assert stage_cli.main([str(out)]) == 0
+    assert "config  Qwen3TTS" in capsys.readouterr().out
+    check_manifest(out / "qwen3tts")  # every file's size and SHA256 as listed
+    assert "path: ../qwen3tts" in (out / "configs" / "Qwen3TTS.yaml").read_text()
