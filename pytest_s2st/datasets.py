@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import S2STError
 
-DATASET_KINDS = ("npy", "raw")
+DATASET_KINDS = ("npy", "raw", "text")
 
 # ---------------------------------------------------------------- safe npy reading
 
@@ -260,11 +260,17 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
 
 
 def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:
-    """Dispatch on dataset_type: 'npy' or 'raw'."""
+    """Dispatch on dataset_type: 'npy', 'raw', or 'text' (jsonl of {id, text, language, voice, seed})."""
     if kind == "npy":
         return load_npy_dataset(path, size)
     if kind == "raw":
         return load_raw_dataset(path, size, sample_rate)
+    if kind == "text":
+        from .service.workload import load_workload  # the same validated format as service workloads
+
+        _check_size(size, Path(path))
+        items = load_workload(path)
+        return items[:size] if size else items
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
 
 

@@ -14,6 +14,9 @@ QWEN_YAML = """\
 general:
   name: tiny
   model_type: Qwen3TTS
+  dataset_path: {workload}
+  dataset_type: text
+  dataset_size: 2
 stage1:
   path: {path}
   max_new_tokens: 25
@@ -30,13 +33,15 @@ def _available(module: str) -> bool:
 
 
 def stage_qwen_config() -> Path:
+    from .service.workload import DEFAULT_WORKLOAD
     from .stage.qwen_tiny import tiny_qwen3tts_dir
 
     model_dir = tiny_qwen3tts_dir()
     config = model_dir.parent / f"{model_dir.name}.yaml"
-    if not config.exists():
+    text = QWEN_YAML.format(path=model_dir, workload=DEFAULT_WORKLOAD)
+    if not config.exists() or config.read_text() != text:  # derived: rewritten when this template changes
         tmp = config.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(QWEN_YAML.format(path=model_dir))
+        tmp.write_text(text)
         os.replace(tmp, config)
     return config
 

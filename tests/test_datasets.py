@@ -202,7 +202,7 @@ def test_bad_size(tmp_path, size):
 
 def test_unknown_kind(tmp_path):
     assert raises_line(ds.load_dataset, tmp_path / "x", kind="wav") == (
-        f"unknown dataset_type 'wav' for {tmp_path / 'x'}; known: npy, raw")
+        f"unknown dataset_type 'wav' for {tmp_path / 'x'}; known: npy, raw, text")
 
 
 # ------------------------------------------------------------------ raw tsv datasets
@@ -348,3 +348,13 @@ def test_npy_with_an_unknown_format_version_is_one_clear_line(tmp_path):
     bad.write_bytes(b"\x93NUMPY\x07\x00garbage")
     with pytest.raises(S2STError, match=r"g.npy: not a .npy file: .*version"):
         ds.load_npy_dataset(bad)
+
+
+def test_text_dataset_is_the_validated_workload_format(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "a", "text": "hello", "language": "en", "voice": "v", "seed": 1}\n'
+                    '{"id": "b", "text": "world", "language": "en", "voice": "v", "seed": 2}\n')
+    assert [s["id"] for s in ds.load_dataset(path, "text", size=1)] == ["a"]
+    path.write_text('{"id": "a", "language": "en"}\n')
+    with pytest.raises(S2STError, match="t.jsonl:1"):
+        ds.load_dataset(path, "text")

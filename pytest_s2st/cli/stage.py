@@ -60,11 +60,12 @@ def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
         print("qwen-tts not installed: no tiny Qwen3-TTS (pip install 'pytest-s2st[qwen]')")
         return None
     from ..defaults import QWEN_YAML
+    from ..service.workload import DEFAULT_WORKLOAD
     from ..stage.qwen_tiny import build_tiny_qwen3tts
 
     model_dir = build_tiny_qwen3tts(out / "qwen3tts")
     config = out / "configs" / "Qwen3TTS.yaml"
-    config.write_text(QWEN_YAML.format(path="../qwen3tts"))  # relative: the folder can be moved
+    config.write_text(QWEN_YAML.format(path="../qwen3tts", workload=DEFAULT_WORKLOAD))  # relative: the folder can be moved
     return model_dir, config
 
 
