@@ -24,10 +24,6 @@ stage1:
 """
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("S2ST_CACHE_DIR") or Path.home() / ".cache" / "pytest-s2st")
-
-
 def _available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -49,7 +45,9 @@ def stage_qwen_config() -> Path:
 def default_config_paths() -> list[Path]:
     from .demo import stage_demo
 
-    paths = [stage_demo(cache_dir() / "demo")]
+    from .stage.cache import cache_root
+
+    paths = [stage_demo(cache_root() / "demo")]
     if _available("fairseq"):
         from .stage.fairseq_tiny import default_configs
 

@@ -8,7 +8,6 @@ Registered as its own pytest11 entry point; shares the session state of pytest_s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -9,7 +9,6 @@ is written once the server listens; GET /health answers 200 from then on.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import platform
 import subprocess
@@ -17,11 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..assets import sha256_file
 from ..errors import S2STError
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _git(*args: str) -> str | None:
@@ -48,7 +44,7 @@ def code_identity() -> dict[str, Any]:
         "version": version,
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else bool(status),
-        "server_module_sha256": _sha256(Path(server.__file__)),
+        "server_module_sha256": sha256_file(Path(server.__file__)),
         "python": platform.python_version(),
     }
 
@@ -98,7 +94,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
     threads = args.threads or cfg.general.get("threads")
     return pipeline_synthesizer(pipeline), {
         "model_type": cfg.model_type,
-        "config": {"path": str(cfg.path), "sha256": _sha256(cfg.path)},
+        "config": {"path": str(cfg.path), "sha256": sha256_file(cfg.path)},
         "assets": pipeline.assets(),
         "device": device.describe(),
         "threads": _threads(int(threads) if threads else None),

@@ -10,7 +10,6 @@ No torch import here: RSS covers numpy and torch CPU tensors alike (tracemalloc 
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Callable
 

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from ..errors import S2STError
-from ..stage.fairseq_tiny import quiet_fairseq, sha256_file
+from ..assets import sha256_file
+from ..stage.fairseq_tiny import quiet_fairseq
 
 # stage role -> task family it must run (stage task and checkpoint task are both checked)
 ROLE_TASK = {"s2t": "speech_to_text", "mt": "translation", "tts": "text_to_speech",

@@ -59,12 +59,7 @@ def error_rate(reference: str, hypothesis: str, language: str) -> tuple[float, s
     return float(jiwer.wer(ref, hyp)), "wer"
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from ..assets import sha256_file as _sha256_file  # noqa: E402
 
 
 def _version(*dists: str) -> str | None:

@@ -12,15 +12,16 @@ Imports torch/fairseq lazily: this module is only imported when staging is asked
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import shutil
 import time
 import warnings
 from argparse import Namespace
 from pathlib import Path
 from typing import Any, Iterator
+
+from ..assets import sha256_file
+from .cache import build_once, cache_root, dist_version, source_key
 
 SEED = 1
 FEAT_DIM = 80
@@ -92,12 +93,6 @@ def _quiet(fn):
     return wrapper
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _seed(seed: int) -> None:
@@ -574,55 +569,17 @@ def stage_all(out_dir: Path, *, seed: int = SEED) -> dict:
 
 def cache_key() -> str:
     """Versions that change what staging writes, plus this builder's own source."""
-    from importlib import metadata
-
-    def ver(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "none"
-
-    src = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
-    return f"{ver('fairseq-fixed')}-torch{ver('torch')}-{src}"
+    return f"{dist_version('fairseq-fixed')}-torch{dist_version('torch')}-{source_key(__file__)}"
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("S2ST_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "pytest-s2st"
-    return root / f"fairseq-{cache_key()}"
+    return cache_root() / f"fairseq-{cache_key()}"
 
 
 def default_configs(cache_dir: Path | None = None) -> list[Path]:
     """Stage once into cache_dir (default: default_cache_dir()) and return the config paths, in
     MODEL_TYPES order. Concurrent callers (pytest-xdist workers) wait on a file lock; the build goes
     to a temporary sibling that is renamed into place only when complete."""
-    import fcntl
-
-    from ..errors import S2STError
-
     target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-
-    def configs() -> list[Path]:
-        return [target / "configs" / f"{t}.yaml" for t in MODEL_TYPES]
-
-    if (target / "MANIFEST.json").is_file():
-        return configs()
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / "MANIFEST.json").is_file():
-                tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-                shutil.rmtree(tmp, ignore_errors=True)
-                try:
-                    stage_all(tmp)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-                if target.exists():  # a stale, incomplete directory from a killed run
-                    shutil.rmtree(target)
-                os.rename(tmp, target)
-    except OSError as exc:
-        raise S2STError(f"{target}: cannot stage the tiny fairseq models there: "
-                        f"{exc.strerror or exc} (set S2ST_CACHE_DIR to a writable folder)") from None
-    return configs()
+    build_once(target, "MANIFEST.json", stage_all, "the tiny fairseq models")
+    return [target / "configs" / f"{t}.yaml" for t in MODEL_TYPES]

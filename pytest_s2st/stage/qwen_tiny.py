@@ -19,15 +19,13 @@ Imports torch/transformers/qwen_tts lazily: only called when staging is asked fo
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..assets import MANIFEST_NAME, write_manifest
+from .cache import build_once, cache_root, dist_version, source_key
 
 SEED = 0
 SAMPLE_RATE = 24000
@@ -217,42 +215,17 @@ def build_tiny_qwen3tts(out_dir: Path, seed: int = SEED) -> Path:
 
 def cache_key() -> str:
     """Versions that change what the builder writes, plus this builder's own source."""
-    from importlib import metadata
-
-    def ver(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "none"
-
-    src = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
-    return f"{ver('qwen-tts')}-tf{ver('transformers')}-torch{ver('torch')}-{src}"
+    return f"{dist_version('qwen-tts')}-tf{dist_version('transformers')}-torch{dist_version('torch')}-{source_key(__file__)}"
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("S2ST_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "pytest-s2st"
-    return root / f"qwen3tts-tiny-{cache_key()}"
+    return cache_root() / f"qwen3tts-tiny-{cache_key()}"
 
 
 def tiny_qwen3tts_dir(cache_dir: Path | None = None, seed: int = SEED) -> Path:
     """Build once into cache_dir (default: default_cache_dir()) and return it. Concurrent callers
     wait on a file lock; the build goes to a temporary sibling renamed into place when complete."""
-    import fcntl
-
     target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if seed != SEED and cache_dir is None:
         target = target.with_name(f"{target.name}-seed{seed}")
-    if (target / MANIFEST_NAME).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / MANIFEST_NAME).is_file():
-            tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            build_tiny_qwen3tts(tmp, seed=seed)
-            if target.exists():  # a stale, incomplete directory from a killed run
-                shutil.rmtree(target)
-            os.rename(tmp, target)
-    return target
+    return build_once(target, MANIFEST_NAME, lambda tmp: build_tiny_qwen3tts(tmp, seed=seed), "the tiny Qwen3-TTS")

@@ -1,0 +1,56 @@
+"""Where staged models live and how they get there once: versioned keys, a file lock, an atomic rename."""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+from ..errors import S2STError
+
+
+def cache_root() -> Path:
+    """$S2ST_CACHE_DIR, else ~/.cache/pytest-s2st."""
+    base = os.environ.get("S2ST_CACHE_DIR")
+    return Path(base) if base else Path.home() / ".cache" / "pytest-s2st"
+
+
+def dist_version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def source_key(path: str | os.PathLike) -> str:
+    """A short hash of a builder's source: editing the builder invalidates what it built."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
+
+
+def build_once(target: Path, done_marker: str, build: Callable[[Path], object], what: str) -> Path:
+    """Build into target unless target/done_marker exists. Concurrent callers (pytest-xdist workers)
+    wait on a file lock; the build goes to a temporary sibling renamed into place only when complete."""
+    if (target / done_marker).is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / done_marker).is_file():
+                tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                try:
+                    build(tmp)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                if target.exists():  # a stale, incomplete directory from a killed run
+                    shutil.rmtree(target)
+                os.rename(tmp, target)
+    except OSError as exc:
+        raise S2STError(f"{target}: cannot stage {what} there: {exc.strerror or exc} "
+                        "(set S2ST_CACHE_DIR to a writable folder)") from None
+    return target
