@@ -154,3 +154,28 @@ def test_bad_npy_structure_errors_with_the_file(pytester):
     result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}")
     result.assert_outcomes(errors=1)
     assert_one_clear_line(result, "data.npy", "net_input")
+
+
+def test_the_published_upstream_3stage_config_is_refused_with_file_and_line(pytester):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("fairseq")
+    published = Path(spec.origin).parent / "examples/speech_to_speech/benchmarking/configs/3StageS2ST.yaml"
+    assert published.is_file(), published  # shipped by the fairseq wheel
+    result = run_usage(pytester, f"--s2st-config={published}")
+    assert_one_clear_line(result, "3StageS2ST.yaml:", "duplicate key 'stage2'")
+
+
+def test_model_type_and_dataset_path_flags_override_the_config(pytester):
+    import json
+
+    cfg = write_case(pytester.path, "x", ["build_linear"])
+    cfg.write_text(cfg.read_text().replace("  dataset_path: data.npy\n", ""))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    ok = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", f"--s2st-dataset-path={pytester.path / 'data.npy'}",
+                                       "--benchmark-json=out.json")
+    ok.assert_outcomes(passed=1)
+    assert json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["samples"] == 3
+    bad = run_usage(pytester, f"--s2st-config={cfg}", "--s2st-model-type=S2X")
+    assert_one_clear_line(bad, "unknown model_type 'S2X'")
