@@ -79,11 +79,14 @@ def run_process(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> ProcessRun
     return ProcessRun(wall, cpu, proc.returncode, proc.stdout)
 
 
-def config_dataset_size(config: Path) -> int | None:
+def config_general(config: Path) -> dict:
     import yaml
 
-    general = (yaml.safe_load(config.read_text()) or {}).get("general") or {}
-    return general.get("dataset_size")
+    return (yaml.safe_load(config.read_text()) or {}).get("general") or {}
+
+
+def config_dataset_size(config: Path) -> int | None:
+    return config_general(config).get("dataset_size")
 
 
 def check_configs(configs: list[Path], dataset_size: int) -> None:
@@ -124,7 +127,7 @@ def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable
 def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executable) -> SideResult:
     result = SideResult(0.0, 0.0, {}, {})
     for config in configs:
-        kind = config.stem  # the staged configs are named <model_type>.yaml
+        kind = config_general(config).get("model_type") or config.stem  # our JSON keys by model_type
         run, flops, samples = run_upstream_one(config, threads=threads, python=python)
         result.wall_s += run.wall_s
         result.cpu_s += run.cpu_s

@@ -43,6 +43,7 @@ class S2STSession:
     results: list[tuple[Any, Any]] = field(default_factory=list)  # (item, Measurement)
     service_results: list[tuple[Any, dict]] = field(default_factory=list)  # (item, load summary)
     evidence_root: Any = None
+    baselines: dict[str, Any] = field(default_factory=dict)  # quality.baseline config -> (case, reference server)
     plots: list[str] = field(default_factory=list)
     inconclusive: list[tuple[str, list[str]]] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .errors import S2STError
-from .plugin import SESSION_KEY, _fail, _session
+from .plugin import _fail, _session
 
 SERVICE_KEY = pytest.StashKey["Any"]()
 SERVER_START_TIMEOUT_S = 300.0
@@ -103,8 +103,8 @@ def s2st_workload(s2st_case):
 
 
 def _evidence_root(config: pytest.Config) -> Path:
-    state = config.stash[SESSION_KEY]
-    if getattr(state, "evidence_root", None) is None:
+    state = _session(config)
+    if state.evidence_root is None:
         base = Path(state.option("evidence_dir"))
         if not base.is_absolute():
             base = config.rootpath / base
@@ -180,7 +180,7 @@ def _baseline_service(request: pytest.FixtureRequest, config_path: str):
     from .cases import load_case
 
     state = _session(request.config)
-    cache = state.__dict__.setdefault("baselines", {})
+    cache = state.baselines
     if config_path not in cache:
         case = load_case(config_path, state.explicit, state.ini)
         workdir = Path(tempfile.mkdtemp(prefix=f"server-baseline-{case.case_id}-"))
