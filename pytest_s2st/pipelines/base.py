@@ -49,17 +49,18 @@ class Pipeline(Protocol):
         """Release the models."""
 
 
-# model_type -> "module:factory". factory(stages: list[dict], *, device: str, config_path: Path) -> Pipeline
+# model_type -> "module:factory". factory(stages: list[dict], *, model_type: str, device: str, config_path: Path) -> Pipeline
+# (one factory may serve several model types: it is told which)
 REGISTRY: dict[str, str] = {
     "callable": "pytest_s2st.pipelines.callable:build",
-    "S2T": "pytest_s2st.pipelines.fairseq:build_s2t",
-    "MT": "pytest_s2st.pipelines.fairseq:build_mt",
-    "TTS": "pytest_s2st.pipelines.fairseq:build_tts",
-    "S2S": "pytest_s2st.pipelines.fairseq:build_s2s",
-    "S2UT": "pytest_s2st.pipelines.fairseq:build_s2ut",
-    "2StageS2ST": "pytest_s2st.pipelines.fairseq:build_2stage",
-    "3StageS2ST": "pytest_s2st.pipelines.fairseq:build_3stage",
-    "HubertUnits": "pytest_s2st.pipelines.fairseq:build_hubert_units",
+    "S2T": "pytest_s2st.pipelines.fairseq:build",
+    "MT": "pytest_s2st.pipelines.fairseq:build",
+    "TTS": "pytest_s2st.pipelines.fairseq:build",
+    "S2S": "pytest_s2st.pipelines.fairseq:build",
+    "S2UT": "pytest_s2st.pipelines.fairseq:build",
+    "2StageS2ST": "pytest_s2st.pipelines.fairseq:build",
+    "3StageS2ST": "pytest_s2st.pipelines.fairseq:build",
+    "HubertUnits": "pytest_s2st.pipelines.fairseq:build",
     "Qwen3TTS": "pytest_s2st.pipelines.qwen3tts:build",
 }
 
@@ -93,4 +94,4 @@ def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: 
             f"{config_path}: model_type {model_type!r} needs {module_name}, which cannot be imported: {exc}"
         ) from None
     factory = getattr(module, attr)
-    return factory([dict(s) for s in stages], device=device, config_path=config_path)
+    return factory([dict(s) for s in stages], model_type=model_type, device=device, config_path=config_path)

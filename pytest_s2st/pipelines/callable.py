@@ -101,7 +101,7 @@ def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: s
     return CallableStage(stage.get("stage_name") or f"stage{index}", fn, source)
 
 
-def build(stages: list[dict[str, Any]], *, device: str, config_path: Path) -> CallablePipeline:
+def build(stages: list[dict[str, Any]], *, model_type: str = "callable", device: str, config_path: Path) -> CallablePipeline:
     if not stages:
         raise S2STError(f"{config_path}: model_type 'callable' needs stage1 with an entry")
     return CallablePipeline([_build_stage(i + 1, s, config_path, device) for i, s in enumerate(stages)])

@@ -556,7 +556,7 @@ def _build_stage(role: str, ns: Namespace, *, device: str, where: str) -> _Stage
                         f"{_one_line(exc)}") from None
 
 
-def build(model_type: str, stages: list[dict], *, device: str, config_path: Path) -> FairseqPipeline:
+def build(stages: list[dict], *, model_type: str, device: str, config_path: Path) -> FairseqPipeline:
     layout = LAYOUTS[model_type]
     need = [r for r in layout if not r.endswith("?")]
     if len(stages) < len(need):
@@ -569,39 +569,6 @@ def build(model_type: str, stages: list[dict], *, device: str, config_path: Path
         ns = stage_namespace(stage, device=device, config_path=Path(config_path))
         built.append(_build_stage(role, ns, device=device, where=f"{config_path}: stage{i} ({role})"))
     return FairseqPipeline(model_type, built)
-
-
-def build_s2t(stages, *, device, config_path):
-    return build("S2T", stages, device=device, config_path=config_path)
-
-
-def build_mt(stages, *, device, config_path):
-    return build("MT", stages, device=device, config_path=config_path)
-
-
-def build_tts(stages, *, device, config_path):
-    return build("TTS", stages, device=device, config_path=config_path)
-
-
-def build_s2s(stages, *, device, config_path):
-    return build("S2S", stages, device=device, config_path=config_path)
-
-
-def build_s2ut(stages, *, device, config_path):
-    return build("S2UT", stages, device=device, config_path=config_path)
-
-
-def build_2stage(stages, *, device, config_path):
-    return build("2StageS2ST", stages, device=device, config_path=config_path)
-
-
-def build_3stage(stages, *, device, config_path):
-    return build("3StageS2ST", stages, device=device, config_path=config_path)
-
-
-def build_hubert_units(stages, *, device, config_path):
-    """Not an upstream model type: HuBERT units (upstream HubertUnitExtractor), optionally resynthesised."""
-    return build("HubertUnits", stages, device=device, config_path=config_path)
 
 
 # dumping lives in pytest_s2st.dump; re-exported here for the fairseq pipelines' users

@@ -158,7 +158,7 @@ def _int_key(stage: Mapping[str, Any], key: str, where: str, default: int | None
     return value
 
 
-def build(stages: list[dict[str, Any]], *, device: str, config_path: Path) -> Qwen3TTSPipeline:
+def build(stages: list[dict[str, Any]], *, model_type: str = "Qwen3TTS", device: str, config_path: Path) -> Qwen3TTSPipeline:
     where = str(config_path)
     if len(stages) != 1:
         raise S2STError(f"{where}: model_type 'Qwen3TTS' has one stage (stage1), got {len(stages)}")
