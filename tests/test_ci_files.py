@@ -41,5 +41,5 @@ def test_every_option_is_documented_in_the_readme():
     for setting in SETTINGS:
         assert setting.flag in readme, setting.flag
         assert setting.ini in readme, setting.ini
-    for marker in ("s2st_budget", "s2st_models"):
+    for marker in ("s2st_budget", "s2st_models", "s2st_gate"):
         assert marker in readme

@@ -124,7 +124,7 @@ def test_unmeasurable(s2st_pipeline, s2st_dataset, s2st_benchmark):
 
 def test_markers_are_registered_with_help(pytester):
     result = pytester.runpytest("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.s2st_budget(*", "@pytest.mark.s2st_models(*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.s2st_budget(*", "@pytest.mark.s2st_gate(*", "@pytest.mark.s2st_models(*"])
 
 
 def test_models_marker_selects_cases(pytester):
