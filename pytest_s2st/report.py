@@ -114,7 +114,7 @@ def pct_change(old: float | None, new: float | None) -> str:
     if old is None or new is None:
         return "n/a"
     if old == 0:
-        return "=" if new == 0 else "new"
+        return "=" if new == 0 else "was 0"
     return f"{100.0 * (new - old) / abs(old):+.1f}%"
 
 
