@@ -57,7 +57,7 @@ def test_records_wavs_ids_and_summary(tmp_path):
 
     assert evidence.read_records(tmp_path) == result.records  # what was kept is what is read back
     for r in result.records:
-        assert 0 <= r["send_t"] <= r["first_audio_t"] <= r["done_t"]
+        assert 0 <= r["start_t"] <= r["send_t"] <= r["first_audio_t"] <= r["done_t"]
         assert r["send_wall"] == pytest.approx(time.time(), abs=60)
         times = [t for t, _ in r["chunks"]]
         assert times == sorted(times) and times[0] == r["first_audio_t"]

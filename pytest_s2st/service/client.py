@@ -12,8 +12,11 @@ the event loop that stamps chunk arrivals; run_load returns once it has written 
 is that request's status "error" with a reason; the others go on; the run ends within its bound.
 
 Clock: time.perf_counter(); record times are seconds since the run start (t0_perf), plus a
-wall-clock ``send_wall`` (epoch seconds). TTFA = send -> first SSE event with a non-empty PCM
-sample (a whole int16 sample, >= 2 bytes), stamped when its line is read, before decoding.
+wall-clock ``send_wall`` (epoch seconds). ``start_t``: the client began the request; ``send_t``:
+its bytes were handed to the socket (aiohttp's on_request_chunk_sent trace, fired just before the
+body's write), so the client's own request building is not in the server's numbers. TTFA = send_t
+-> first SSE event with a non-empty PCM sample (a whole int16 sample, >= 2 bytes), stamped when its
+line is read, before decoding.
 """
 from __future__ import annotations
 
@@ -138,7 +141,7 @@ class _Run:
             if key in item:
                 record[key] = item[key]
         record.update(
-            send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
+            start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
             sample_rate=None, http_status=None, streaming=None, status="error", error=None, pcm_sha256=None, wav=None,
         )
         return record
@@ -180,8 +183,10 @@ class _Run:
     async def _exchange(self, session: aiohttp.ClientSession, body: dict, record: dict, pcm: bytearray) -> None:
         headers = {"X-Request-Id": record["id"], "Accept": "text/event-stream"}
         record["send_wall"] = time.time()
-        record["send_t"] = self.now()
-        async with session.post(self.url, json=body, headers=headers) as resp:
+        record["start_t"] = self.now()
+        async with session.post(self.url, json=body, headers=headers, trace_request_ctx=record) as resp:
+            if record["send_t"] is None:  # an aiohttp that skipped the trace: say so, don't guess
+                raise _Fail("client: aiohttp did not report when the request was sent (no send time)")
             record["http_status"] = resp.status
             if resp.status != 200:
                 raw = await resp.content.read(2000)
@@ -284,7 +289,13 @@ class _Run:
         tasks: list[asyncio.Task] = []
         cut_short = True  # unless every worker finishes in time
         if timeout is None or timeout > 0:  # a spent bound sends nothing
-            tasks = [asyncio.create_task(worker()) for _ in range(min(self.concurrency, count))]
+            for _ in range(min(self.concurrency, count)):
+                tasks.append(asyncio.create_task(worker()))
+                # Let this worker's request reach the socket before the next one is built: on Python
+                # < 3.12 aiohttp writes a request body from a separate task, so 64 workers started in
+                # one loop tick would each stamp send_t, then all wait for the other 63 to be built
+                # (measured: the first requests of a c=64 phase left ~7 ms after their stamp).
+                await asyncio.sleep(0)
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             cut_short = bool(pending)
         for task in tasks:
@@ -299,6 +310,18 @@ class _Run:
                 record["error"] = "not sent: the run's total time bound ran out"
                 self.keep(record)
         return cut_short
+
+
+def _send_stamps(run: _Run) -> aiohttp.TraceConfig:
+    """send_t = when the request's body goes to the socket (headers are coalesced with it)."""
+    async def on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
+        record = ctx.trace_request_ctx
+        if isinstance(record, dict) and record.get("send_t") is None:
+            record["send_t"] = run.now()
+
+    config = aiohttp.TraceConfig()
+    config.on_request_chunk_sent.append(on_chunk_sent)
+    return config
 
 
 def _check_out_dir(out_dir: Path, concurrency: int) -> None:
@@ -358,12 +381,16 @@ async def run_load(
     run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0)
     connector = aiohttp.TCPConnector(limit=concurrency, enable_cleanup_closed=False)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=read_timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=_READ_BUFSIZE) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=_READ_BUFSIZE,
+                                     trace_configs=[_send_stamps(run)]) as session:
         identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
         with open(out_dir / evidence.REQUESTS, "a", encoding="utf-8") as fh:
             run._fh = fh
             try:
                 timed_out = await run.phase(session, workload, warmups, True, deadline)
+                # the warm-ups' evidence is on disk before the clock starts: its writing does not
+                # compete with the measured phase's first requests
+                await asyncio.wrap_future(run._io.submit(lambda: None))
                 warmup_wall = time.perf_counter() - t0
                 t_measured = time.perf_counter()
                 timed_out = await run.phase(session, workload, count, False, deadline) or timed_out
