@@ -242,6 +242,25 @@ def test_workload_empty_or_missing(tmp_path):
         load_workload(tmp_path / "absent.jsonl")
 
 
+def test_each_request_leaves_before_the_next_is_built(tmp_path):
+    """A phase starts its workers one at a time: request i's bytes reach the socket (send_t) before
+    request i+1 is begun (start_t). Started in one loop tick, as before, every request of a wide
+    phase was stamped, then waited for all the others to be built before its body left (Python
+    < 3.12 aiohttp writes the body from a separate task), which inflated TTFA by milliseconds."""
+    async def main():
+        runner, base = await tone_server()
+        try:  # the warm-ups leave 8 keep-alive connections, so the measured start does not connect
+            return await run_load(base, WORKLOAD, 8, out_dir=tmp_path, warmups=8, requests=8)
+        finally:
+            await runner.cleanup()
+
+    result = run(main())
+    first = sorted(result.measured, key=lambda r: r["index"])
+    assert [r["status"] for r in first] == ["ok"] * 8
+    for this, nxt in zip(first, first[1:]):
+        assert this["start_t"] <= this["send_t"] < nxt["start_t"], (this["id"], nxt["id"])
+
+
 def _start_tone_server(tmp_path, delay_s: float) -> tuple[subprocess.Popen, str]:
     ident = tmp_path / "identity.json"
     proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s",

@@ -296,6 +296,8 @@ class _Run:
                 # one loop tick would each stamp send_t, then all wait for the other 63 to be built
                 # (measured: the first requests of a c=64 phase left ~7 ms after their stamp).
                 await asyncio.sleep(0)
+            if deadline is not None:  # the staggered start took some of the bound
+                timeout = max(0.0, deadline - time.perf_counter())
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             cut_short = bool(pending)
         for task in tasks:
