@@ -128,6 +128,7 @@ def _load_level(service: Service, workload: list[dict], concurrency: int, out_di
 
     from .service.client import run_load
     from .service.evidence import write_summary
+    from .service.stats import METHODS
 
     holder: dict[str, Any] = {}
     timeout = float(settings["request_timeout"])
@@ -152,10 +153,7 @@ def _load_level(service: Service, workload: list[dict], concurrency: int, out_di
         "identity": identity,
         "summary": result.summary,
         "timed_out": result.timed_out,
-        "methods": {"clock": "time.perf_counter (client side)",
-                    "ttfa_s": "request sent -> first SSE event with a non-empty PCM sample (queueing included)",
-                    "rtf": "request completion time / seconds of audio returned",
-                    "throughput": "audio seconds of ok requests / wall seconds of the measured phase"},
+        "methods": dict(METHODS),
         "failed": [{"id": r["id"], "error": r.get("error")} for r in result.measured if r.get("status") != "ok"],
     }
     extra = {"policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()} if policy is not None else None

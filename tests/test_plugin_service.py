@@ -59,6 +59,7 @@ def test_service_levels_table_json_and_evidence(pytester):
     assert c2["streaming"] is False and c2["identity"]["model_type"] == "callable"
     assert 0 < c2["summary"]["ttfa_s"]["p50"] <= c2["summary"]["latency_s"]["p99"]
     assert c2["verdict"]["status"] == "PASS"
+    assert "send_t" in c2["methods"]["ttfa_s"] and "socket" in c2["methods"]["send_t"]  # how it was measured
     # evidence: a record per request (warm-up included) and a real WAV per response
     from pytest_s2st.service.evidence import read_records
 

@@ -22,6 +22,16 @@ import numpy as np
 
 PERCENTILE_METHOD = "linear (numpy default; Hyndman-Fan type 7: rank (n-1)*p/100, interpolated)"
 _TARGETS = ("ttfa_s", "rtf")
+# how each number is measured, saved beside it (the JSON of every service row)
+METHODS = {
+    "clock": "time.perf_counter (client side)",
+    "send_t": "the request's bytes handed to the socket (aiohttp on_request_chunk_sent), not the start of "
+              "building it (start_t); workers start one at a time",
+    "ttfa_s": "send_t -> first SSE event with a non-empty PCM sample, stamped when its line is read (queueing "
+              "included)",
+    "rtf": "(completion - send_t) / seconds of audio returned",
+    "throughput": "audio seconds of ok requests / wall seconds of the measured phase",
+}
 
 
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:
