@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
-from .pipelines.base import known_model_types
+from .pipelines.base import SERVES_SPEECH, known_model_types
 from .settings import SETTINGS
 
 # upstream get_metrics.py names that mean one of our settings
@@ -33,6 +33,16 @@ class Case:
     @property
     def model_type(self) -> str:
         return self.config.model_type
+
+    @property
+    def serves_speech(self) -> bool:
+        """Whether the reference server can serve this case (text request in, speech out): the model
+        type's answer (pipelines.base.SERVES_SPEECH), else general.serves_speech, else yes."""
+        declared = self.config.general.get("serves_speech")  # a bool: load_case checked it
+        known = SERVES_SPEECH.get(self.model_type)
+        if known is not None:
+            return known
+        return True if declared is None else declared
 
     def device(self):
         """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""
@@ -91,6 +101,9 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
     dataset = config.general.get("dataset_path")
     if dataset is not None and not Path(str(dataset)).exists():
         raise S2STError(f"{where('dataset_path')}: dataset {dataset} does not exist")
+    serves = config.general.get("serves_speech")
+    if serves is not None and not isinstance(serves, bool):
+        raise S2STError(f"{where('serves_speech')}: must be true or false, got {serves!r}")
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], where("dump_dir")))
     return Case(config, settings)

@@ -4,6 +4,7 @@ A 3-layer MLP over 80-dim frames, fixed seed: the case that needs neither fairse
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DEMO_YAML = """\
@@ -13,6 +14,7 @@ general:
   model_type: callable
   dataset_path: dataset.npy
   dataset_size: 4
+  serves_speech: false  # feature frames in, frames out: not a speech service
 stage1:
   entry: pytest_s2st.demo:build_mlp
   hidden: 256
@@ -41,8 +43,13 @@ def stage_demo(out_dir: Path) -> Path:
     from .datasets import generate_random_dataset, save_npy_dataset
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = out_dir / "callable-demo.yaml"
-    if not config.exists():
-        save_npy_dataset(generate_random_dataset(4, feat_dim=80, min_len=50, max_len=120, seed=1), out_dir / "dataset.npy")
-        config.write_text(DEMO_YAML)
+    config, dataset = out_dir / "callable-demo.yaml", out_dir / "dataset.npy"
+    if not dataset.exists():
+        part = save_npy_dataset(generate_random_dataset(4, feat_dim=80, min_len=50, max_len=120, seed=1),
+                                out_dir / f"dataset.{os.getpid()}.part.npy")
+        part.replace(dataset)  # a killed run never leaves a half-written dataset under the final name
+    if not config.exists() or config.read_text() != DEMO_YAML:  # a cache from an older version is updated
+        tmp = config.with_name(config.name + ".tmp")
+        tmp.write_text(DEMO_YAML)
+        tmp.replace(config)
     return config

@@ -144,6 +144,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker:
         wanted = {str(a) for a in marker.args}
         cases = [c for c in cases if c.model_type in wanted or c.case_id in wanted]
+    elif "s2st_service" in names:  # a service benchmark: only the cases a speech service can serve
+        serving = [c for c in cases if c.serves_speech]
+        if not serving and cases:
+            reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
+                      "add a TTS/Qwen3TTS/callable case or mark the test s2st_models(...)")
+            skip = pytest.mark.skip(reason=reason)
+            if needs_level:
+                metafunc.parametrize(["s2st_case", "s2st_concurrency"], [pytest.param(None, None, marks=skip)],
+                                     ids=["no-speech-case"], indirect=["s2st_case"], scope="session")
+            else:
+                metafunc.parametrize("s2st_case", [pytest.param(None, marks=skip)], ids=["no-speech-case"],
+                                     indirect=True, scope="session")
+            return
+        cases = serving
     if not needs_level:
         metafunc.parametrize("s2st_case", cases, ids=[c.case_id for c in cases], indirect=True, scope="session")
         return

@@ -96,3 +96,43 @@ def test_external_endpoint_and_a_server_killed_mid_run_is_inconclusive(pytester,
         "*c1-r*: request failed: *",
     ])
     assert result.ret == 0
+
+
+def test_service_tests_run_only_on_cases_that_serve_speech(pytester):
+    """A service benchmark parametrizes over the cases a speech service can serve: a text-only or
+    feature-in case (known model type, or general.serves_speech: false) is left out of it, not run into
+    one HTTP 500 per request; the inference benchmark still runs on every case."""
+    tone = write_tone_case(pytester.path)
+    frames = pytester.path / "frames.yaml"
+    frames.write_text("general:\n  name: frames\n  model_type: callable\n  serves_speech: false\n"
+                      "stage1:\n  entry: tone.py:build_tone\n")
+    pytester.makepyfile(test_service=SERVICE_TEST, test_cases="def test_cases(s2st_case):\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={tone}",
+                                           f"--s2st-config={frames}", "-v")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines_random(["*test_service?callable-tone-c1? PASSED*", "*test_service?callable-tone-c2? PASSED*",
+                                        "*test_cases?callable-frames? PASSED*", "*test_cases?callable-tone? PASSED*"])
+    result.stdout.no_fnmatch_line("*test_service?callable-frames*")
+
+    # only cases that cannot serve: the service benchmark is skipped with the reason, not failed
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={frames}", "-rs", "test_service.py")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no configured case serves speech from text (callable-frames do not)*"])
+
+    # a value that is not a boolean: one line naming the file, line and key
+    frames.write_text(frames.read_text().replace("serves_speech: false", "serves_speech: maybe"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={frames}", "test_service.py")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*{frames}:4 (general.serves_speech): must be true or false, got 'maybe'*"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_which_model_types_serve_speech(tmp_path):
+    from pytest_s2st.cases import load_case
+
+    for model_type, serves in (("TTS", True), ("Qwen3TTS", True), ("S2T", False), ("MT", False),
+                               ("S2UT", False), ("3StageS2ST", False), ("callable", True)):
+        cfg = tmp_path / f"{model_type}.yaml"
+        # a declaration cannot make a known text-out or speech-in type serve speech
+        cfg.write_text(f"general:\n  model_type: {model_type}\n  serves_speech: true\nstage1:\n  path: x.pt\n")
+        assert load_case(cfg, {}, lambda name: None).serves_speech is serves, model_type

@@ -66,10 +66,20 @@ REGISTRY: dict[str, str] = {
 
 KNOWN_MODEL_TYPES = tuple(REGISTRY)
 
+# Does a pipeline of this type take a text request and answer speech (what a speech service serves)?
+# Types not listed (callable, extensions) may: their case says so with general.serves_speech (default yes).
+SERVES_SPEECH: dict[str, bool] = {
+    "TTS": True, "Qwen3TTS": True,
+    "S2T": False, "MT": False, "S2S": False, "S2UT": False, "2StageS2ST": False, "3StageS2ST": False,
+    "HubertUnits": False,
+}
 
-def register(model_type: str, target: str) -> None:
-    """Add a pipeline type ("module:factory"); used by extensions."""
+
+def register(model_type: str, target: str, *, serves_speech: bool | None = None) -> None:
+    """Add a pipeline type ("module:factory"); used by extensions. ``serves_speech``: see SERVES_SPEECH."""
     REGISTRY[model_type] = target
+    if serves_speech is not None:
+        SERVES_SPEECH[model_type] = serves_speech
 
 
 def known_model_types() -> list[str]:
