@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
-from .pipelines.base import SERVES_SPEECH, known_model_types
+from .pipelines.base import known_model_types, serves_speech
 from .settings import SETTINGS
 
 # upstream get_metrics.py names that mean one of our settings
@@ -38,11 +38,7 @@ class Case:
     def serves_speech(self) -> bool:
         """Whether the reference server can serve this case (text request in, speech out): the model
         type's answer (pipelines.base.SERVES_SPEECH), else general.serves_speech, else yes."""
-        declared = self.config.general.get("serves_speech")  # a bool: load_case checked it
-        known = SERVES_SPEECH.get(self.model_type)
-        if known is not None:
-            return known
-        return True if declared is None else declared
+        return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # load_case checked it
 
     def device(self):
         """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""

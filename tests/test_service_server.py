@@ -326,6 +326,21 @@ def test_cli_refuses_non_loopback_in_one_line():
     assert out.stderr.strip().count("\n") == 0 and "loopback" in out.stderr
 
 
+@pytest.mark.parametrize("model_type, extra, why", [
+    ("S2T", "", "model_type S2T takes speech features or gives text"),
+    ("callable", "  serves_speech: false\n", "general.serves_speech is false"),
+])
+def test_cli_refuses_a_case_that_cannot_serve_speech_in_one_line(tmp_path, model_type, extra, why):
+    """Refused at start, before any model is loaded, instead of answering every request with HTTP 500."""
+    cfg = tmp_path / "case.yaml"
+    cfg.write_text(f"general:\n  model_type: {model_type}\n{extra}stage1:\n  entry: absent.py:make\n  path: absent.pt\n")
+    out = subprocess.run([sys.executable, "-m", "pytest_s2st.cli.serve", "--s2st-config", str(cfg), "--port", "0"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert f"{cfg}: does not serve speech from text ({why})" in out.stderr
+
+
 def test_client_that_gives_up_while_queued_costs_no_model_time():
     release, running = threading.Event(), threading.Event()
     texts = []

@@ -86,9 +86,15 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
 
     from ..config import load_config
     from ..measure.device import resolve_device
-    from ..pipelines.base import build_pipeline, known_model_types
+    from ..pipelines.base import SERVES_SPEECH, build_pipeline, known_model_types, serves_speech
 
     cfg = load_config(args.s2st_config, known_model_types=known_model_types())
+    declared = cfg.general.get("serves_speech")
+    if not serves_speech(cfg.model_type, declared if isinstance(declared, bool) else None):
+        # refuse at start rather than answer every request with HTTP 500
+        why = ("general.serves_speech is false" if cfg.model_type not in SERVES_SPEECH else
+               f"model_type {cfg.model_type} takes speech features or gives text")
+        raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a TTS, Qwen3TTS or callable case")
     device = resolve_device(args.device or str(cfg.general.get("device") or "cpu"))
     pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path)
     threads = args.threads or cfg.general.get("threads")

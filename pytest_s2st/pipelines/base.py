@@ -75,6 +75,14 @@ SERVES_SPEECH: dict[str, bool] = {
 }
 
 
+def serves_speech(model_type: str, declared: bool | None = None) -> bool:
+    """The model type's answer (SERVES_SPEECH), else the case's own ``general.serves_speech``, else yes."""
+    known = SERVES_SPEECH.get(model_type)
+    if known is not None:
+        return known
+    return True if declared is None else declared
+
+
 def register(model_type: str, target: str, *, serves_speech: bool | None = None) -> None:
     """Add a pipeline type ("module:factory"); used by extensions. ``serves_speech``: see SERVES_SPEECH."""
     REGISTRY[model_type] = target
