@@ -16,7 +16,10 @@ server is driven in rotation by three clients, so the machine's noise (shared, 2
 loadgen and aiohttp stamp the send when the request's body goes to the socket (aiohttp's
 on_request_chunk_sent trace, as run_load's send_t); raw stamps it just before its socket write.
 Each client's workers start together, so the first 64 requests form a burst; the overhead after it
-(the steady state) is reported beside the overall figure.
+(the steady state) is reported beside the overall figure. perf_counter is CLOCK_MONOTONIC, shared by
+both processes, so the overhead splits into two legs: send -> server (loopback + the server's loop:
+not the client's, since send_t is stamped at the socket write) and server write -> client stamp
+(loopback delivery + the client's wake-up and reading: the client's own share).
 
 Two regimes at concurrency 64:
 - paced: the null server holds each response uniform(0.25, 0.75) s (a model's time, seeded), so 64
@@ -27,8 +30,9 @@ Two regimes at concurrency 64:
     pytest benchmarks/test_loadgen_overhead.py -s
     S2ST_LOADGEN_ENFORCE_TARGET=1 pytest benchmarks/test_loadgen_overhead.py   # also assert the 1 ms target
 
-The target is reported (extra_info "target_met") but only asserted on request: on a shared 2-core
-machine even the raw-socket floor is several ms at p99, so the assertion would measure the neighbours.
+The target is reported (extra_info "target_met" on the whole overhead, "client_receive_leg_target_met"
+on the client's leg) but only asserted on request: on a shared 2-core machine even the raw-socket
+client's whole overhead is 1.3-1.7 ms at p99, so the assertion would measure the neighbours.
 
 Also ``python benchmarks/test_loadgen_overhead.py null-server PORT_FILE HOLD_S`` (the null server).
 """
@@ -300,6 +304,9 @@ def _report(title: str, res: dict) -> None:
         print(f"  {name:8s} overhead p50 {ms(o['p50'])} ms  p99 {ms(o['p99'])} ms  mean {ms(o['mean'])} ms"
               f"  ({o['n']} requests, {res[name]['requests_per_s']:.0f} req/s);"
               f" after the start burst p99 {ms(steady['p99'])} ms")
+        legs = res[name]["send_to_server_handler_s"], res[name]["server_write_to_client_read_s"]
+        print(f"  {'':8s} send -> server p50 {ms(legs[0]['p50'])} p99 {ms(legs[0]['p99'])} ms;"
+              f" server write -> client stamp p50 {ms(legs[1]['p50'])} p99 {ms(legs[1]['p99'])} ms")
     print(f"  loadgen p99 minus raw socket p99: {ms(res['loadgen_p99_inflation_s'])} ms; "
           f"minus bare aiohttp p99: {ms(res['loadgen_p99_over_bare_aiohttp_s'])} ms")
 
@@ -310,9 +317,15 @@ def test_loadgen_ttfa_overhead_c64(benchmark, tmp_path):
                        rounds=1, iterations=1)
     loadgen, raw = res["loadgen"]["overhead_s"], res["raw"]["overhead_s"]
     res["target_met"] = loadgen["p99"] <= TARGET_P99_S
+    # With send_t stamped at the socket write, the client's own share of TTFA is the receive leg:
+    # server write -> client stamp (loopback delivery, a few tens of us, + the client's wake-up and reading)
+    receive = res["loadgen"]["server_write_to_client_read_s"]
+    res["client_receive_leg_target_met"] = receive["p99"] <= TARGET_P99_S
     benchmark.extra_info.update(res)
     _report("paced null server", res)
-    print(f"  target p99 <= {TARGET_P99_S * 1e3:.0f} ms: {'met' if res['target_met'] else 'NOT met'}")
+    print(f"  target p99 <= {TARGET_P99_S * 1e3:.0f} ms: {'met' if res['target_met'] else 'NOT met'} overall"
+          f" (server and kernel included); {'met' if res['client_receive_leg_target_met'] else 'NOT met'} by the"
+          f" client's receive leg (p99 {receive['p99'] * 1e3:.3f} ms)")
     assert all(res[name]["errors"] == 0 for name in CLIENTS), [res[name]["first_errors"] for name in CLIENTS]
     # Regression guard that survives a shared, noisy machine: the median stays within a few raw-client
     # medians (blocking file IO on the event loop, for one, multiplies it several-fold).
