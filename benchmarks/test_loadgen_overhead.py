@@ -10,11 +10,11 @@ which the request's first bytes reached it and it wrote the response. Per reques
 = everything that is not the server's hold: request building, the loopback socket both ways, the
 server's and client's event-loop scheduling among 64 streams, parsing, reading the event. The same null
 server is driven in rotation by three clients, so the machine's noise (shared, 2 cores here) falls on all:
-- loadgen: ``run_load`` as users run it (records, WAVs, hashes, validation);
-- aiohttp: a bare aiohttp client loop (what run_load's own code costs = loadgen - aiohttp);
+- loadgen: ``run_load`` as users run it (its lean HTTP/1.1 client, records, WAVs, hashes, validation);
+- aiohttp: a bare aiohttp client loop (what run_load used before: aiohttp's client);
 - raw: a minimal raw-socket client (pre-built request bytes, hand-parsed chunked SSE) (the floor).
-loadgen and aiohttp stamp the send when the request's body goes to the socket (aiohttp's
-on_request_chunk_sent trace, as run_load's send_t); raw stamps it just before its socket write.
+Each stamps the send when the request's bytes go to the socket: loadgen and raw just before their
+write, aiohttp through its on_request_chunk_sent trace.
 Each client's workers start together, so the first 64 requests form a burst; the overhead after it
 (the steady state) is reported beside the overall figure. perf_counter is CLOCK_MONOTONIC, shared by
 both processes, so the overhead splits into two legs: send -> server (loopback + the server's loop:

@@ -1,7 +1,8 @@
 """Load generator for the speech service: closed-loop concurrency, per-request evidence, bounded faults.
 
-aiohttp: a streaming HTTP client with separate connect / read timeouts and keep-alive pooling, the
-same stack as the reference server, so SSE chunk arrival is timed at the application's first read.
+Transport: http1.Connection, a lean HTTP/1.1 client over asyncio streams, one keep-alive connection
+per worker (see http1.py for why not aiohttp's client on the timed path); connect and every read are
+bounded, and so is each whole request. aiohttp fetches the untimed GET /identity.
 
 ``run_load`` sends warm-ups (ids c<conc>-w<i>), then measured requests (c<conc>-r<i>), keeping
 ``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
@@ -12,11 +13,11 @@ the event loop that stamps chunk arrivals; run_load returns once it has written 
 is that request's status "error" with a reason; the others go on; the run ends within its bound.
 
 Clock: time.perf_counter(); record times are seconds since the run start (t0_perf), plus a
-wall-clock ``send_wall`` (epoch seconds). ``start_t``: the client began the request; ``send_t``:
-its bytes were handed to the socket (aiohttp's on_request_chunk_sent trace, fired just before the
-body's write), so the client's own request building is not in the server's numbers. TTFA = send_t
--> first SSE event with a non-empty PCM sample (a whole int16 sample, >= 2 bytes), stamped when its
-line is read, before decoding.
+wall-clock ``send_wall`` (epoch seconds). ``start_t``: the client began the request (a new
+connection's connect comes after it); ``send_t``: its bytes were handed to the socket, so the
+client's own work is not in the server's numbers. TTFA = send_t -> first SSE event with a non-empty
+PCM sample (a whole int16 sample, >= 2 bytes), stamped when the body piece that ends it is read,
+before decoding.
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ import base64
 import binascii
 import hashlib
 import json
+import os
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,12 +39,12 @@ import aiohttp
 from yarl import URL
 
 from ..errors import S2STError
-from . import evidence
+from . import evidence, http1
 from .server import SPEECH_PATH
 from .stats import summarize
 
 _WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
-_READ_BUFSIZE = 4 * 1024 * 1024  # one SSE line may carry a whole utterance's PCM (base64)
+_MAX_LINE = 16 * 1024 * 1024  # one SSE line may carry a whole utterance's PCM (base64)
 
 
 class _Fail(Exception):
@@ -85,6 +88,36 @@ def speech_url(endpoint: str) -> URL:
     return url
 
 
+def request_head(url: URL) -> bytes:
+    """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow)."""
+    host = f"[{url.host}]" if ":" in (url.host or "") else url.host
+    if url.port != {"http": 80, "https": 443}[url.scheme]:
+        host = f"{host}:{url.port}"
+    return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: pytest-s2st\r\n"
+            "Accept: text/event-stream\r\nContent-Type: application/json\r\n").encode()
+
+
+def _background_priority() -> None:
+    """The evidence writer yields the CPU to the event loop and the server under test: on a small
+    machine it otherwise competes with them for a core at the moment a response arrives
+    (measured at c=64 on 2 cores: the client's receive-leg p99 0.9-1.0 ms without the writer, 1.3 with it)."""
+    try:  # Linux: a thread id here sets that thread's nice value only
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # elsewhere, or not permitted: the writer keeps its priority
+        pass
+
+
+@dataclass
+class _Slot:
+    """One worker's keep-alive connection, kept from the warm-up phase into the measured one."""
+    conn: http1.Connection | None = None
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 @dataclass
 class _Run:
     url: URL
@@ -93,11 +126,14 @@ class _Run:
     timeout_s: float
     read_timeout_s: float
     t0: float
+    head: bytes = b""
+    slots: list[_Slot] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)
     _fh: Any = None
     # One evidence-writer thread, FIFO: file IO never blocks the event loop that stamps chunk
     # arrivals (measured here: inline WAV writes raised the c=64 TTFA overhead p99 several-fold).
-    _io: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="s2st-evidence"))
+    _io: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        1, thread_name_prefix="s2st-evidence", initializer=_background_priority))
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -146,91 +182,115 @@ class _Run:
         )
         return record
 
-    async def request(self, session: aiohttp.ClientSession, item: dict, index: int, warmup: bool) -> None:
+    async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool) -> None:
         record = self.new_record(item, index, warmup)
         body = {key: item[key] for key in _WORKLOAD_FIELDS if key in item}
         pcm = bytearray()
         try:
-            await _within(self.timeout_s, self._exchange(session, body, record, pcm))
+            await _within(self.timeout_s, self._exchange(slot, body, record, pcm))
             self._finish(record, pcm)
         except asyncio.CancelledError:
+            slot.drop()
             record["error"] = "cancelled: the run's total time bound ran out before this request finished"
             self.keep(record)
             raise
         except _Fail as exc:
             record["error"] = str(exc)
-        except aiohttp.ServerTimeoutError:  # before asyncio.TimeoutError: it subclasses it
+        except http1.Stalled:
             record["error"] = f"read stalled: no data for {self.read_timeout_s:g} s"
         except asyncio.TimeoutError:
             record["error"] = f"timeout: no complete response within {self.timeout_s:g} s"
-        except aiohttp.ClientConnectorError as exc:
-            record["error"] = f"connection failed: {exc.os_error or exc}"
-        except aiohttp.ServerDisconnectedError:
-            record["error"] = "server disconnected mid-response"
-        except aiohttp.ClientPayloadError as exc:
+        except http1.Disconnected as exc:
+            record["error"] = str(exc)
+        except http1.ProtocolError as exc:
             record["error"] = f"response broken mid-stream: {exc}"
-        except aiohttp.ClientOSError as exc:  # e.g. reset by a server that died
+        except OSError as exc:  # e.g. reset by a server that died
             record["error"] = f"connection lost: {exc}"
-        except (aiohttp.ClientError, OSError) as exc:
-            record["error"] = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a client bug must not take the other requests down; record it
             record["error"] = f"client error {type(exc).__name__}: {exc}"
         else:
             self.keep(record, bytes(pcm))  # completed: its WAV is written first, then the record
             return
+        slot.drop()  # a failed exchange leaves its connection in an unknown state
         self.keep(record)
 
-    async def _exchange(self, session: aiohttp.ClientSession, body: dict, record: dict, pcm: bytearray) -> None:
-        headers = {"X-Request-Id": record["id"], "Accept": "text/event-stream"}
+    async def _connect(self, slot: "_Slot") -> http1.Connection:
+        if slot.conn is not None and slot.conn.usable:
+            return slot.conn
+        slot.drop()
+        try:
+            slot.conn = await http1.Connection.open(self.url.host, self.url.port, tls=self.url.scheme == "https",
+                                                    timeout_s=self.timeout_s)
+        except asyncio.TimeoutError:
+            raise _Fail(f"connection failed: no connection within {self.timeout_s:g} s") from None
+        except (OSError, ValueError) as exc:  # refused, unreachable, TLS handshake, ...
+            raise _Fail(f"connection failed: {exc}") from None
+        return slot.conn
+
+    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: bytearray) -> None:
         record["send_wall"] = time.time()
         record["start_t"] = self.now()
-        async with session.post(self.url, json=body, headers=headers, trace_request_ctx=record) as resp:
-            if record["send_t"] is None:  # an aiohttp that skipped the trace: say so, don't guess
-                raise _Fail("client: aiohttp did not report when the request was sent (no send time)")
-            record["http_status"] = resp.status
-            if resp.status != 200:
-                raw = await resp.content.read(2000)
-                try:
-                    message = json.loads(raw).get("error", raw.decode(errors="replace"))
-                except (ValueError, AttributeError):
-                    message = raw.decode(errors="replace").strip()
-                raise _Fail(f"HTTP {resp.status}: {message}"[:500])
-            if resp.content_type != "text/event-stream":
-                raise _Fail(f"response is {resp.content_type!r}, not text/event-stream")
-            done = await self._read_events(resp, record, pcm)
-            if done is None:
-                raise _Fail("stream ended before the done event (server closed mid-stream)")
-            record["streaming"] = done.get("streaming")
-            record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
-            await resp.content.read()  # drain the chunked terminator so the connection is reused
-
-    async def _read_events(self, resp: aiohttp.ClientResponse, record: dict, pcm: bytearray) -> dict | None:
-        data: list[bytes] = []
-        while True:
+        conn = await self._connect(slot)
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        head = self.head + f"X-Request-Id: {record['id']}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+        record["send_t"] = self.now()
+        conn.send(head + payload)
+        resp = await conn.response(self.read_timeout_s)
+        record["http_status"] = resp.status
+        if resp.status != 200:
+            raw = bytearray()
+            async for piece in conn.body(self.read_timeout_s):
+                raw += piece
+                if len(raw) >= 2000:
+                    conn.reusable = False  # the rest is not read
+                    break
             try:
-                line = await resp.content.readline()
-            except ValueError as exc:  # aiohttp: line longer than the read buffer
-                raise _Fail(f"SSE line too long: {exc}") from None
+                message = json.loads(raw).get("error", raw.decode(errors="replace"))
+            except (ValueError, AttributeError):
+                message = raw.decode(errors="replace").strip()
+            raise _Fail(f"HTTP {resp.status}: {message}"[:500])
+        if resp.content_type != "text/event-stream":
+            raise _Fail(f"response is {resp.content_type!r}, not text/event-stream")
+        done = await self._read_events(conn, record, pcm)
+        if done is None:
+            raise _Fail("stream ended before the done event (server closed mid-stream)")
+        record["streaming"] = done.get("streaming")
+        record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
+
+    async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray) -> dict | None:
+        """SSE events off the body as it arrives; each piece stamped when read. After the done event
+        the body is read to its end, so that the connection can carry the next request."""
+        data: list[bytes] = []
+        pending = b""
+        done = None
+        async for piece in conn.body(self.read_timeout_s):
             t = self.now()
-            if not line:
-                return None
-            line = line.rstrip(b"\r\n")
-            if line.startswith(b"data:"):
-                value = line[5:]
-                data.append(value[1:] if value.startswith(b" ") else value)
-                continue
-            if line or not data:  # comments / other SSE fields are ignored; events end at a blank line
-                continue
-            event = self._parse(b"\n".join(data))
-            data = []
-            kind = event.get("type")
-            if kind == "audio":
-                self._take_audio(event, t, record, pcm)
-            elif kind == "done":
-                record["done_t"] = t
-                return event
-            elif kind == "error":
-                raise _Fail(f"server error event: {event.get('message')}")
+            if done is not None:
+                continue  # draining
+            pending += piece
+            if len(pending) > _MAX_LINE:
+                raise _Fail(f"SSE line too long: over {_MAX_LINE} bytes without a newline")
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                line = line.rstrip(b"\r")
+                if line.startswith(b"data:"):
+                    value = line[5:]
+                    data.append(value[1:] if value.startswith(b" ") else value)
+                    continue
+                if line or not data:  # comments / other SSE fields are ignored; events end at a blank line
+                    continue
+                event = self._parse(b"\n".join(data))
+                data = []
+                kind = event.get("type")
+                if kind == "audio":
+                    self._take_audio(event, t, record, pcm)
+                elif kind == "done":
+                    record["done_t"] = t
+                    done = event
+                    break
+                elif kind == "error":
+                    raise _Fail(f"server error event: {event.get('message')}")
+        return done
 
     @staticmethod
     def _parse(raw: bytes) -> dict:
@@ -271,30 +331,27 @@ class _Run:
         # the hash is checked, and the WAV written, by the writer thread (_persist)
         record.update(status="ok", audio_seconds=samples / record["sample_rate"])
 
-    async def phase(
-        self, session: aiohttp.ClientSession, workload: list[dict], count: int, warmup: bool, deadline: float | None
-    ) -> bool:
+    async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
         """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short."""
         if count <= 0:
             return False
         pending_idx = iter(range(count))
         started: set[int] = set()
 
-        async def worker() -> None:
+        async def worker(slot: _Slot) -> None:
             for index in pending_idx:
                 started.add(index)
-                await self.request(session, workload[index % len(workload)], index, warmup)
+                await self.request(slot, workload[index % len(workload)], index, warmup)
 
         timeout = None if deadline is None else deadline - time.perf_counter()
         tasks: list[asyncio.Task] = []
         cut_short = True  # unless every worker finishes in time
         if timeout is None or timeout > 0:  # a spent bound sends nothing
-            for _ in range(min(self.concurrency, count)):
-                tasks.append(asyncio.create_task(worker()))
-                # Let this worker's request reach the socket before the next one is built: on Python
-                # < 3.12 aiohttp writes a request body from a separate task, so 64 workers started in
-                # one loop tick would each stamp send_t, then all wait for the other 63 to be built
-                # (measured: the first requests of a c=64 phase left ~7 ms after their stamp).
+            for slot in self.slots[: min(self.concurrency, count)]:
+                tasks.append(asyncio.create_task(worker(slot)))
+                # Let this worker's request reach the socket before the next one is begun: 64 workers
+                # stamped in one loop tick, then sent in another, would carry each other's build time
+                # (measured with aiohttp's client: the first requests of a c=64 phase left ~7 ms late).
                 await asyncio.sleep(0)
             if deadline is not None:  # the staggered start took some of the bound
                 timeout = max(0.0, deadline - time.perf_counter())
@@ -312,18 +369,6 @@ class _Run:
                 record["error"] = "not sent: the run's total time bound ran out"
                 self.keep(record)
         return cut_short
-
-
-def _send_stamps(run: _Run) -> aiohttp.TraceConfig:
-    """send_t = when the request's body goes to the socket (headers are coalesced with it)."""
-    async def on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
-        record = ctx.trace_request_ctx
-        if isinstance(record, dict) and record.get("send_t") is None:
-            record["send_t"] = run.now()
-
-    config = aiohttp.TraceConfig()
-    config.on_request_chunk_sent.append(on_chunk_sent)
-    return config
 
 
 def _check_out_dir(out_dir: Path, concurrency: int) -> None:
@@ -380,25 +425,25 @@ async def run_load(
 
     started_wall, t0 = time.time(), time.perf_counter()
     deadline = None if total_timeout_s is None else t0 + total_timeout_s
-    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0)
-    connector = aiohttp.TCPConnector(limit=concurrency, enable_cleanup_closed=False)
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=read_timeout_s)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=_READ_BUFSIZE,
-                                     trace_configs=[_send_stamps(run)]) as session:
+    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, head=request_head(url),
+               slots=[_Slot() for _ in range(concurrency)])
+    async with aiohttp.ClientSession() as session:  # untimed: the server's identity only
         identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
-        with open(out_dir / evidence.REQUESTS, "a", encoding="utf-8") as fh:
-            run._fh = fh
-            try:
-                timed_out = await run.phase(session, workload, warmups, True, deadline)
-                # the warm-ups' evidence is on disk before the clock starts: its writing does not
-                # compete with the measured phase's first requests
-                await asyncio.wrap_future(run._io.submit(lambda: None))
-                warmup_wall = time.perf_counter() - t0
-                t_measured = time.perf_counter()
-                timed_out = await run.phase(session, workload, count, False, deadline) or timed_out
-                wall = time.perf_counter() - t_measured
-            finally:
-                await asyncio.to_thread(run.close)  # every queued record and WAV is on disk
+    with open(out_dir / evidence.REQUESTS, "a", encoding="utf-8") as fh:
+        run._fh = fh
+        try:
+            timed_out = await run.phase(workload, warmups, True, deadline)
+            # the warm-ups' evidence is on disk before the clock starts: its writing does not
+            # compete with the measured phase's first requests
+            await asyncio.wrap_future(run._io.submit(lambda: None))
+            warmup_wall = time.perf_counter() - t0
+            t_measured = time.perf_counter()
+            timed_out = await run.phase(workload, count, False, deadline) or timed_out
+            wall = time.perf_counter() - t_measured
+        finally:
+            for slot in run.slots:
+                slot.drop()
+            await asyncio.to_thread(run.close)  # every queued record and WAV is on disk
 
     summary = summarize(run.records, wall, targets)
     extra = {

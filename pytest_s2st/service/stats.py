@@ -25,8 +25,8 @@ _TARGETS = ("ttfa_s", "rtf")
 # how each number is measured, saved beside it (the JSON of every service row)
 METHODS = {
     "clock": "time.perf_counter (client side)",
-    "send_t": "the request's bytes handed to the socket (aiohttp on_request_chunk_sent), not the start of "
-              "building it (start_t); workers start one at a time",
+    "send_t": "the request's bytes handed to the socket, after it was built and its connection opened "
+              "(start_t is before both); workers start one at a time",
     "ttfa_s": "send_t -> first SSE event with a non-empty PCM sample, stamped when its line is read (queueing "
               "included)",
     "rtf": "(completion - send_t) / seconds of audio returned",

@@ -1,0 +1,201 @@
+"""A lean HTTP/1.1 client connection for the load generator: one keep-alive socket per worker.
+
+Why not aiohttp's client on the timed path: the load generator must not be the bottleneck of what it
+measures. Measured here at concurrency 64 (benchmarks/test_loadgen_overhead.py), the client's own
+share of TTFA (server write -> client stamp) was p99 1.0-1.4 ms through aiohttp's client and 0.5-0.6
+ms through asyncio streams; the 1 ms target is between the two. The reference server, and the
+untimed GET /identity, stay on aiohttp.
+
+It speaks what a speech endpoint answers: a status line and headers, then a body framed by
+``Transfer-Encoding: chunked``, by ``Content-Length``, or by the connection's close. Interim 1xx
+responses are skipped. Every read is bounded by ``read_timeout_s`` (a stall); the caller bounds
+the whole request.
+"""
+from __future__ import annotations
+
+import asyncio
+import ssl
+import sys
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable
+
+_STREAM_LIMIT = 8 * 1024 * 1024  # longest header block or chunk-size line accepted
+_READ_SIZE = 256 * 1024
+
+
+class ProtocolError(Exception):
+    """The response is not HTTP/1.1 as framed (bad status line, chunk size, ...)."""
+
+
+class Disconnected(Exception):
+    """The server closed the connection before the response ended."""
+
+
+class Stalled(Exception):
+    """No data for read_timeout_s."""
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]  # lower-case names; a repeated field is joined with ", "
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+async def _bounded(awaitable: Awaitable[Any], seconds: float) -> Any:
+    try:
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(seconds):
+                return await awaitable
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.TimeoutError:  # only this read's own deadline: the caller's bound cancels instead
+        raise Stalled(f"no data for {seconds:g} s") from None
+
+
+class Connection:
+    """Its own read buffer over the stream: a response that arrived in one segment (the usual case) is
+    parsed with one bounded socket read, not one per framing line (each bound costs a timer)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.reusable = True  # False once a response leaves it in an unknown state or says close
+        self._buf = bytearray()
+        self._framing: tuple[str, int] = ("close", 0)
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, tls: bool, timeout_s: float) -> "Connection":
+        """OSError (refused, unreachable, ...) or asyncio.TimeoutError propagate to the caller."""
+        context = ssl.create_default_context() if tls else None
+        connect = asyncio.open_connection(host, port, ssl=context)
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await connect
+        else:
+            reader, writer = await asyncio.wait_for(connect, timeout_s)
+        return cls(reader, writer)
+
+    @property
+    def usable(self) -> bool:
+        """Still open, and the last response ended cleanly (a server's idle close is seen as EOF)."""
+        return self.reusable and not self._buf and not self.reader.at_eof() and not self.writer.is_closing()
+
+    def send(self, data: bytes) -> None:
+        """Hand the request to the socket (asyncio writes at once when its buffer is empty)."""
+        self.writer.write(data)
+
+    async def _fill(self, read_timeout_s: float) -> None:
+        data = await _bounded(self.reader.read(_READ_SIZE), read_timeout_s)
+        if not data:
+            self.reusable = False
+            raise Disconnected("server disconnected mid-response")
+        self._buf += data
+
+    async def _until(self, sep: bytes, read_timeout_s: float) -> bytes:
+        start = 0
+        while (end := self._buf.find(sep, start)) < 0:
+            if len(self._buf) > _STREAM_LIMIT:
+                raise ProtocolError(f"no {sep!r} within {_STREAM_LIMIT} bytes (headers or a chunk-size line)")
+            start = max(0, len(self._buf) - len(sep) + 1)
+            await self._fill(read_timeout_s)
+        end += len(sep)
+        out = bytes(self._buf[:end])
+        del self._buf[:end]
+        return out
+
+    async def _exactly(self, n: int, read_timeout_s: float) -> bytes:
+        while len(self._buf) < n:
+            await self._fill(read_timeout_s)
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    async def response(self, read_timeout_s: float) -> Response:
+        """Status line and headers of the next final (non-1xx) response."""
+        while True:
+            try:
+                head = await self._until(b"\r\n\r\n", read_timeout_s)
+            except Disconnected:
+                raise Disconnected("server closed the connection before answering") from None
+            lines = head[:-4].split(b"\r\n")
+            parts = lines[0].split(None, 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+                raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+            status = int(parts[1])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(b":")
+                if not sep or not name or name[:1] in (b" ", b"\t"):
+                    raise ProtocolError(f"malformed header line: {line[:80]!r}")
+                key, text = name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")
+                headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            if 100 <= status < 200 and status != 101:
+                continue  # interim response (e.g. 100 Continue): the final one follows
+            if parts[0] == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
+                self.reusable = False
+            self._framing = self._frame(status, headers)
+            return Response(status, headers)
+
+    def _frame(self, status: int, headers: dict[str, str]) -> tuple[str, int]:
+        if status in (204, 304):
+            return "length", 0
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return "chunked", 0
+        if "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+            except ValueError:
+                raise ProtocolError(f"bad Content-Length {headers['content-length']!r}") from None
+            if length < 0:
+                raise ProtocolError(f"bad Content-Length {length}")
+            return "length", length
+        self.reusable = False  # the body ends when the server closes
+        return "close", 0
+
+    async def body(self, read_timeout_s: float) -> AsyncIterator[bytes]:
+        """The response body, piece by piece as it arrives; ends where the framing says."""
+        kind, length = self._framing
+        try:
+            if kind == "chunked":
+                while True:
+                    line = await self._until(b"\r\n", read_timeout_s)
+                    try:
+                        size = int(line.split(b";", 1)[0].strip(), 16)
+                    except ValueError:
+                        raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
+                    if size == 0:
+                        while await self._until(b"\r\n", read_timeout_s) != b"\r\n":
+                            pass  # trailer fields
+                        return
+                    data = await self._exactly(size + 2, read_timeout_s)
+                    if data[-2:] != b"\r\n":
+                        raise ProtocolError("chunk not followed by CRLF")
+                    yield data[:-2]
+            elif kind == "length":
+                while length > 0:
+                    if not self._buf:
+                        await self._fill(read_timeout_s)
+                    data = bytes(self._buf[:length])
+                    del self._buf[:length]
+                    length -= len(data)
+                    yield data
+            else:
+                while True:
+                    if self._buf:
+                        data = bytes(self._buf)
+                        self._buf.clear()
+                        yield data
+                    try:
+                        await self._fill(read_timeout_s)
+                    except Disconnected:
+                        return  # the close is the body's end
+        except BaseException:
+            self.reusable = False  # left mid-body (stall, cancel, disconnect, protocol error): never reuse
+            raise
+
+    def close(self) -> None:
+        self.reusable = False
+        if not self.writer.is_closing():
+            self.writer.close()
