@@ -38,7 +38,7 @@ class Case:
     def serves_speech(self) -> bool:
         """Whether the reference server can serve this case (text request in, speech out): the model
         type's answer (pipelines.base.SERVES_SPEECH), else general.serves_speech, else yes."""
-        return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # load_case checked it
+        return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # a bool: load_config checked it
 
     def device(self):
         """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""
@@ -97,9 +97,6 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
     dataset = config.general.get("dataset_path")
     if dataset is not None and not Path(str(dataset)).exists():
         raise S2STError(f"{where('dataset_path')}: dataset {dataset} does not exist")
-    serves = config.general.get("serves_speech")
-    if serves is not None and not isinstance(serves, bool):
-        raise S2STError(f"{where('serves_speech')}: must be true or false, got {serves!r}")
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], where("dump_dir")))
     return Case(config, settings)

@@ -222,6 +222,9 @@ def load_config(
         )
     if not isinstance(model_type, str) or model_type not in known:
         raise S2STError(f"{at('general.model_type')}: unknown model_type {model_type!r}; known: {', '.join(known)}")
+    serves = general.get("serves_speech")
+    if serves is not None and not isinstance(serves, bool):
+        raise S2STError(f"{at('general.serves_speech')} (general.serves_speech): must be true or false, got {serves!r}")
 
     stages: list[dict[str, Any]] = []
     for name in STAGE_SECTIONS:  # upstream: stop at the first missing stage

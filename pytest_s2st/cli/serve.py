@@ -89,8 +89,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
     from ..pipelines.base import SERVES_SPEECH, build_pipeline, known_model_types, serves_speech
 
     cfg = load_config(args.s2st_config, known_model_types=known_model_types())
-    declared = cfg.general.get("serves_speech")
-    if not serves_speech(cfg.model_type, declared if isinstance(declared, bool) else None):
+    if not serves_speech(cfg.model_type, cfg.general.get("serves_speech")):
         # refuse at start rather than answer every request with HTTP 500
         why = ("general.serves_speech is false" if cfg.model_type not in SERVES_SPEECH else
                f"model_type {cfg.model_type} takes speech features or gives text")

@@ -27,7 +27,6 @@ import binascii
 import hashlib
 import json
 import os
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -49,14 +48,6 @@ _MAX_LINE = 16 * 1024 * 1024  # one SSE line may carry a whole utterance's PCM (
 
 class _Fail(Exception):
     """A request-level failure with the reason to record."""
-
-
-async def _within(seconds: float, coro: Any) -> None:
-    if sys.version_info >= (3, 11):  # no extra task per request
-        async with asyncio.timeout(seconds):
-            await coro
-    else:
-        await asyncio.wait_for(coro, seconds)
 
 
 @dataclass
@@ -191,7 +182,7 @@ class _Run:
         body = {key: item[key] for key in _WORKLOAD_FIELDS if key in item}
         pcm = bytearray()
         try:
-            await _within(self.timeout_s, self._exchange(slot, body, record, pcm))
+            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm))
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
