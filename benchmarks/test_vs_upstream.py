@@ -25,7 +25,7 @@ TESTS = Path(__file__).with_name("test_inference.py")
 
 
 def test_session_vs_upstream(benchmark):
-    from pytest_s2st.stage.fairseq_tiny import default_configs  # cheap when the staging is cached
+    from pytest_s2st.tiny.fairseq_tiny import default_configs  # cheap when the staging is cached
 
     configs = default_configs()
     compare_upstream.check_configs(configs, DATASET_SIZE)

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.config:
         configs = [Path(c) for c in args.config]
     else:
-        from .stage.fairseq_tiny import default_configs
+        from .tiny.fairseq_tiny import default_configs
 
         configs = default_configs()
     result = compare(configs, tests=Path(args.tests), rounds=args.rounds, dataset_size=args.dataset_size,

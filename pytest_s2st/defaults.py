@@ -30,7 +30,7 @@ def _available(module: str) -> bool:
 
 def stage_qwen_config() -> Path:
     from .service.workload import DEFAULT_WORKLOAD
-    from .stage.qwen_tiny import tiny_qwen3tts_dir
+    from .tiny.qwen_tiny import tiny_qwen3tts_dir
 
     model_dir = tiny_qwen3tts_dir()
     config = model_dir.parent / f"{model_dir.name}.yaml"
@@ -45,11 +45,11 @@ def stage_qwen_config() -> Path:
 def default_config_paths() -> list[Path]:
     from .demo import stage_demo
 
-    from .stage.cache import cache_root
+    from .tiny.cache import cache_root
 
     paths = [stage_demo(cache_root() / "demo")]
     if _available("fairseq"):
-        from .stage.fairseq_tiny import default_configs
+        from .tiny.fairseq_tiny import default_configs
 
         paths += default_configs()
     if _available("qwen_tts"):

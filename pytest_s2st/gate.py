@@ -48,7 +48,7 @@ def baseline_from_compare(compared_mapping: Mapping[str, Mapping[str, Any]] | No
 def score(policy: Policy, baseline_dir: Path, candidate_dir: Path, quality: Mapping[str, Any] | None,
           scores_file: str | None):
     """Scores for the gate: the user's file, else the offline scorers (loaded once per process)."""
-    from .quality.scores import load_scores
+    from .quality.scorefile import load_scores
 
     if scores_file:
         return load_scores(scores_file)

@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 from pytest_s2st.errors import S2STError  # noqa: E402
 from pytest_s2st.pipelines import base  # noqa: E402
-from pytest_s2st.stage import fairseq_tiny  # noqa: E402
+from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import yaml
 pytest.importorskip("fairseq")
 
 from pytest_s2st.cli import stage as stage_cli  # noqa: E402
-from pytest_s2st.stage import fairseq_tiny  # noqa: E402
+from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

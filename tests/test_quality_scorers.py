@@ -130,7 +130,7 @@ def test_zh_without_asr_backend_is_inconclusive_when_error_rate_is_gated(world):
     # a tampered score on real scores: unbound evidence
     data = scores.to_dict()
     data["candidate"][1]["pcm_sha256"] = hashlib.sha256(b"other audio").hexdigest()
-    from pytest_s2st.quality.scores import scores_from_mapping
+    from pytest_s2st.quality.scorefile import scores_from_mapping
 
     v = assess(zh, cand, ungated, scores_from_mapping(json.loads(json.dumps(data)), "t"))
     assert v.status == INCONCLUSIVE and "is bound to pcm_sha256" in v.reasons[0]

@@ -17,7 +17,7 @@ import soundfile as sf
 
 from pytest_s2st.errors import S2STError
 from pytest_s2st.quality import FAIL, INCONCLUSIVE, PASS, Policy, assess, pcm_sha256
-from pytest_s2st.quality.scores import scores_from_mapping
+from pytest_s2st.quality.scorefile import scores_from_mapping
 
 # test voice name -> espeak-ng voice per language (klatt variants: pocketsphinx reads them best)
 VOICES = {"ryan": {"en": "en-us+klatt2", "zh": "cmn+klatt2"}, "aiden": {"en": "en-us+klatt5", "zh": "cmn+klatt5"}}

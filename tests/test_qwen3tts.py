@@ -19,7 +19,7 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.pipelines.base import build_pipeline, known_model_types
 from pytest_s2st.pipelines.qwen3tts import normalize_language
 from pytest_s2st.service.server import pipeline_synthesizer
-from pytest_s2st.stage import qwen_tiny
+from pytest_s2st.tiny import qwen_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "configs" / "qwen3tts-tiny.yaml"

@@ -19,7 +19,7 @@ prepare)
   find .devcarry -name __pycache__ -type d -prune -exec rm -rf {} + ; find .devcarry -name "*.so" -delete
   .venv/bin/pip download -q --no-deps --no-binary :all: -d .devcarry/wheels \
       "bitarray==$(.venv/bin/python -c 'import bitarray; print(bitarray.__version__)')"
-  cp -r "$(.venv/bin/python -c 'from pytest_s2st.stage.fairseq_tiny import default_configs; print(default_configs()[0].parent.parent)')" .devcarry/fs
+  cp -r "$(.venv/bin/python -c 'from pytest_s2st.tiny.fairseq_tiny import default_configs; print(default_configs()[0].parent.parent)')" .devcarry/fs
   du -sh .devcarry ;;
 run)
   export PYTHONPATH="$PWD/.devcarry/site:$PWD" PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1

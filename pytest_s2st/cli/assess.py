@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import S2STError
 from ..quality.policy import Policy
-from ..quality.scores import load_scores
+from ..quality.scorefile import load_scores
 from ..quality.verdict import EXIT_CODES, INCONCLUSIVE, assess
 
 

@@ -52,7 +52,7 @@ def stats_line(name: str, samples: list[dict]) -> str:
 @contextlib.contextmanager
 def _quiet_fairseq() -> Iterator[None]:
     """fairseq's import/set-up warnings and INFO chatter (tensorboardX hints) stay off the output."""
-    from ..stage.fairseq_tiny import quiet_fairseq
+    from ..pipelines.fairseq_runtime import quiet_fairseq
 
     log = logging.getLogger("fairseq")
     level = log.level
@@ -139,7 +139,7 @@ def write_dataset(samples: list[dict], path: Path) -> Path:
 
     try:
         if _has_tensors(samples):
-            from ..stage.fairseq_tiny import save_npy_dataset as save_torch_npy
+            from ..tiny.fairseq_tiny import save_npy_dataset as save_torch_npy
 
             return save_torch_npy(samples, path)
         return save_npy_dataset(samples, path)

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the embedded default's)")
     parser.add_argument("--no-qwen", action="store_true", help="skip the tiny Qwen3-TTS even when qwen-tts is installed")
     args = parser.parse_args(argv)
-    from ..stage import fairseq_tiny
+    from ..tiny import fairseq_tiny
 
     try:
         if args.out.exists() and not args.out.is_dir():
@@ -61,7 +61,7 @@ def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
         return None
     from ..defaults import QWEN_YAML
     from ..service.workload import DEFAULT_WORKLOAD
-    from ..stage.qwen_tiny import build_tiny_qwen3tts
+    from ..tiny.qwen_tiny import build_tiny_qwen3tts
 
     model_dir = build_tiny_qwen3tts(out / "qwen3tts")
     config = out / "configs" / "Qwen3TTS.yaml"

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import S2STError
 from ..assets import sha256_file
-from ..stage.fairseq_tiny import quiet_fairseq
+from .fairseq_runtime import quiet_fairseq
 
 # stage role -> task family it must run (stage task and checkpoint task are both checked)
 ROLE_TASK = {"s2t": "speech_to_text", "mt": "translation", "tts": "text_to_speech",
@@ -412,7 +412,7 @@ class HubertUnitStage(_StageBase):
         super().__init__()
         from fairseq import checkpoint_utils
 
-        from ..stage.fairseq_tiny import hubert_safe_globals
+        from .fairseq_runtime import hubert_safe_globals
 
         self.name = self.role = "hubert"
         self.device = device

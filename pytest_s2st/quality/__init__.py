@@ -4,7 +4,7 @@ Importing this package loads no model and no heavy library: ``scorers`` (pockets
 Resemblyzer, torch) is imported only by whoever scores.
 """
 from .policy import Policy
-from .scores import Score, Scores, load_scores, pcm_sha256
+from .scorefile import Score, Scores, load_scores, pcm_sha256
 from .verdict import EXIT_CODES, FAIL, INCONCLUSIVE, PASS, Verdict, assess
 
 __all__ = ["Policy", "Score", "Scores", "load_scores", "pcm_sha256", "Verdict", "assess",

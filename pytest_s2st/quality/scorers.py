@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from ..errors import S2STError
-from .scores import Score, Scores, pcm_sha256
+from .scorefile import Score, Scores, pcm_sha256
 
 ASR_RATE = 16000  # both pocketsphinx's en-US model and Resemblyzer expect 16 kHz
 NORMALIZER = "nfkc-lower-strip-punct-v1"  # bumping this changes scorer_id: it changes every WER

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import S2STError
 from .policy import Policy
-from .scores import SIDES, Scores, pcm_sha256
+from .scorefile import SIDES, Scores, pcm_sha256
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}

@@ -11,16 +11,15 @@ Imports torch/fairseq lazily: this module is only imported when staging is asked
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-import warnings
 from argparse import Namespace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..assets import sha256_file
+from ..pipelines.fairseq_runtime import hubert_safe_globals, quiet_fairseq
 from .cache import build_once, cache_root, dist_version, source_key
 
 SEED = 1
@@ -70,15 +69,6 @@ def _code_hifigan_cfg() -> dict:
         "fmin": 0, "fmax": 8000,
     }
 
-
-@contextlib.contextmanager
-def quiet_fairseq() -> Iterator[None]:
-    """hydra/omegaconf UserWarnings and torch's weight_norm FutureWarning, kept out of -W error runs."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
 
 
 def _quiet(fn):
@@ -447,14 +437,6 @@ def build_hubert(out: Path, seed: int) -> tuple[Path, Path]:
     np.save(d / "km.npy", _kmeans(np.concatenate(feats), KM_CLUSTERS, seed), allow_pickle=False)
     return d / "checkpoint.pt", d / "km.npy"
 
-
-def hubert_safe_globals() -> list:
-    """hubert_pretraining checkpoints pickle their label Dictionary objects in task_state."""
-    from argparse import Namespace as _Namespace
-
-    from fairseq.data.dictionary import Dictionary
-
-    return [_Namespace, Dictionary]
 
 
 # ---------------------------------------------------------------- configs
