@@ -6,11 +6,8 @@ from typing import Any, Callable, Mapping
 from .errors import S2STError
 from .measure.record import Metric
 from .quality.verdict import FAIL, INCONCLUSIVE, PASS, Verdict  # one verdict type for budgets and the gate
-from .runner import METRICS
+from .metrics import BUDGETS, INFERENCE_BUDGETS, SERVICE_BUDGETS, service_value
 
-# service metrics (s2st_load): <metric>_<statistic> over the measured requests of one concurrency level
-SERVICE_METRICS = tuple(f"{m}_{s}" for m in ("ttfa_s", "rtf", "latency_s") for s in ("mean", "p50", "p90", "p99")) + ("error_rate",)
-BUDGET_METRICS = METRICS + SERVICE_METRICS
 Lookup = Callable[[str, "str | None"], "Metric | None"]
 
 
@@ -22,13 +19,13 @@ def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float
         if key == "stage":
             stage = str(value)
             continue
-        if key not in BUDGET_METRICS:
-            raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(BUDGET_METRICS)}, stage")
+        if key not in BUDGETS:
+            raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(BUDGETS)}, stage")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and key != "error_rate"):
             raise S2STError(f"{where}: s2st_budget: {key} must be a number > 0, got {value!r}")
         limits[key] = float(value)
     if not limits:
-        raise S2STError(f"{where}: s2st_budget needs at least one limit ({', '.join(METRICS)})")
+        raise S2STError(f"{where}: s2st_budget needs at least one limit ({', '.join(INFERENCE_BUDGETS)}, ...)")
     return limits, stage
 
 
@@ -41,13 +38,9 @@ def service_lookup(data: Mapping[str, Any]) -> Lookup:
     summary = data.get("summary") or {}
 
     def lookup(name: str, stage: str | None) -> Metric | None:
-        if name not in SERVICE_METRICS:
+        if name not in SERVICE_BUDGETS:
             return None
-        if name == "error_rate":
-            value = summary.get("error_rate")
-        else:
-            metric, _, stat = name.rpartition("_")
-            value = (summary.get(metric) or {}).get(stat)
+        value = service_value(summary, name)
         method = "client time.perf_counter"
         if value is None:
             reasons = summary.get("reasons") or {}

@@ -1,42 +1,19 @@
-"""The extra table (memory and FLOPs beside pytest-benchmark's timings) and comparison with saved runs."""
+"""The extra table (memory and FLOPs beside pytest-benchmark's timings), the service table, and
+comparison with saved runs. Every column comes from the metric table (metrics.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS, fmt_seconds, format_value  # noqa: F401
 from .settings import CompareLimit
 
-COLUMNS = (
-    ("runtime_s", "runtime/sample"),
-    ("peak_rss_mib", "peak RSS"),
-    ("peak_delta_mib", "peak delta"),
-    ("device_peak_mib", "device peak"),
-    ("flops", "FLOPs"),
-)
-
-
-def fmt_seconds(value: float) -> str:
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if value >= scale:
-            return f"{value / scale:.3f} {unit}"
-    return f"{value / 1e-9:.1f} ns"
-
-
-def fmt_count(value: float) -> str:
-    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3f} {unit}"
-    return f"{value:.0f}"
+# the inference columns, in table order (metrics.py holds titles, units and formats)
+COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
 
 
 def fmt_metric(name: str, value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    if name == "runtime_s":
-        return fmt_seconds(value)
-    if name == "flops":
-        return fmt_count(value)
-    return f"{value:.1f} MiB"
+    return format_value(name, value)
 
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
@@ -74,7 +51,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
         for key, _ in COLUMNS:
             cells.append(fmt_metric(key, (row.metrics.get(key) or {}).get("value")))
         methods = []
-        for key in ("runtime_s", "peak_delta_mib", "flops"):
+        for key in (m.name for m in INFERENCE_METRICS if m.show_method):
             if key in row.metrics:
                 methods.append(short_method(key, row.metrics[key]))
         cells.append(", ".join(dict.fromkeys(methods)))
@@ -89,7 +66,7 @@ def missing_notes(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         for key, _ in COLUMNS:
             metric = row.metrics.get(key)
-            if metric and metric.get("value") is None and metric.get("reason") and key != "device_peak_mib":
+            if metric and metric.get("value") is None and metric.get("reason") and BY_NAME[key].note_missing:
                 notes.append(f"{row.name.strip()}: {key} n/a: {metric['reason']}")
     return list(dict.fromkeys(notes))
 
@@ -150,3 +127,27 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
                            f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
                            f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}), limit {limit}")
     return out
+
+
+def render_service_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """(row name, level data) pairs -> the service table; its metric columns come from the table."""
+    header = ["Name", "conc", "ok/n"]
+    for m in SERVICE_METRICS:
+        if m.table_stats:
+            header += [f"{m.title} {s}" if i == 0 else s for i, s in enumerate(m.table_stats)]
+        else:
+            header.append(m.title)
+    header.append("goodput")
+    body = []
+    for name, data in results:
+        s = data["summary"]
+        cells = [name, str(data["concurrency"]), f"{s.get('n_ok', 0)}/{s.get('n', 0)}"]
+        for m in SERVICE_METRICS:
+            if m.table_stats:
+                cells += [m.format((s.get(m.name) or {}).get(stat)) for stat in m.table_stats]
+            else:
+                cells.append(m.format(s.get(m.name)))
+        goodput = (s.get("goodput") or {}).get("fraction")
+        cells.append("n/a" if goodput is None else f"{100 * goodput:.0f}%")
+        body.append(cells)
+    return table(header, body)

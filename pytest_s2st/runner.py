@@ -16,12 +16,11 @@ from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops
 from .measure.memory import MemoryProbe, resolve_memory_method
 from .measure.record import Metric
+from .metrics import BY_NAME, INFERENCE_NAMES
 
 PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
 Progress = Callable[[str, str, int, int], None]  # (stage, pass, done, total)
 
-METRICS = ("runtime_s", "peak_rss_mib", "peak_delta_mib", "device_peak_mib", "flops")
-SUMMED = ("runtime_s", "flops")  # cascades: runtime and FLOPs add up, memory peaks take the max
 
 
 @dataclass
@@ -82,7 +81,7 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
     if len(stages) == 1:
         return dict(stages[0].metrics)
     out: dict[str, Metric] = {}
-    for name in METRICS:
+    for name in INFERENCE_NAMES:
         parts = [(s.name, s.metrics.get(name)) for s in stages]
         missing = [(n, m) for n, m in parts if m is None or m.value is None]
         methods = sorted({m.method for _, m in parts if m is not None})
@@ -92,7 +91,7 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
             out[name] = Metric.missing(method, reason)
             continue
         values = [m.value for _, m in parts]
-        how = "sum" if name in SUMMED else "max"
+        how = BY_NAME[name].aggregate  # runtime and FLOPs add up, memory peaks take the max
         out[name] = Metric(sum(values) if how == "sum" else max(values), method, details={"over_stages": how})
     return out
 
@@ -262,5 +261,5 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         result.metrics["runtime_s"] = metric
     # the runtime goes first in every stage's metrics, as in the table
     for result in measurement.stages:
-        result.metrics = {k: result.metrics[k] for k in METRICS if k in result.metrics}
+        result.metrics = {k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}
     return measurement

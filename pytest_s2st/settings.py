@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .metrics import COMPARABLE as COMPARE_METRICS  # the metric table says which metrics compare
+
 
 def positive_int(value: Any) -> int:
     try:
@@ -83,7 +85,6 @@ def boolean(value: Any) -> bool:
     raise ValueError(f"must be true or false, got {value!r}")
 
 
-COMPARE_METRICS = ("runtime_s", "peak_rss_mib", "peak_delta_mib", "device_peak_mib", "flops")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""Every metric pytest-s2st reports, in ONE table (pytest-free, import-light).
+
+The runner (cascade aggregation, order), the extra table, compare and ``--s2st-compare-fail``, the
+``s2st_budget`` marker (its known keywords and help), the service table and the JSON all read
+this table. Adding a metric is one entry here plus the measurement that produces it.
+
+Two families:
+- inference metrics (``s2st_benchmark``): one value per stage and a cascade total; ``aggregate``
+  says how the stages add up (runtime and FLOPs sum, memory peaks take the max).
+- service metrics (``s2st_load``): statistics over the measured requests of one concurrency level,
+  read from the level's summary; ``stats`` are the statistics kept (budget keywords are
+  ``<name>_<stat>``, e.g. ``ttfa_s_p99``), ``table_stats`` those shown in the service table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+INFERENCE, SERVICE = "inference", "service"
+
+
+def fmt_seconds(value: float) -> str:
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if value >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value / 1e-9:.1f} ns"
+
+
+def fmt_count(value: float) -> str:
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3f} {unit}"
+    return f"{value:.0f}"
+
+
+def fmt_mib(value: float) -> str:
+    return f"{value:.1f} MiB"
+
+
+def fmt_ratio(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def fmt_percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def fmt_audio_rate(value: float) -> str:
+    return f"{value:.2f} s/s"
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    name: str
+    title: str                      # column title
+    unit: str
+    fmt: Callable[[float], str]
+    family: str                     # INFERENCE or SERVICE
+    measured_by: str                # which measurement produces it
+    aggregate: str | None = None    # inference: "sum" or "max" over a cascade's stages
+    comparable: bool = False        # --benchmark-compare table and --s2st-compare-fail
+    budgetable: bool = True         # an s2st_budget keyword (service: one per stat)
+    show_method: bool = False       # its method goes into the table's "methods" column
+    note_missing: bool = True       # an n/a cell gets a "why" note under the table
+    stats: tuple[str, ...] = ()     # service: statistics kept in the summary
+    table_stats: tuple[str, ...] = ()  # service: statistics shown in the service table
+    help: str = ""
+
+    def format(self, value: float | None) -> str:
+        return "n/a" if value is None else self.fmt(value)
+
+
+METRICS: tuple[MetricDef, ...] = (
+    MetricDef("runtime_s", "runtime/sample", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
+              "device-synchronised)", aggregate="sum", comparable=True, show_method=True,
+              help="mean wall seconds per sample"),
+    MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
+              aggregate="max", comparable=True, help="absolute process peak RSS during the forward"),
+    MetricDef("peak_delta_mib", "peak delta", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
+              aggregate="max", comparable=True, show_method=True,
+              help="peak RSS during the forward minus RSS just before it"),
+    MetricDef("device_peak_mib", "device peak", "MiB", fmt_mib, INFERENCE, "memory pass (cuda/npu peak allocated)",
+              aggregate="max", comparable=True, note_missing=False,
+              help="peak allocated device memory after a reset (cuda / npu)"),
+    MetricDef("flops", "FLOPs", "FLOPs", fmt_count, INFERENCE, "FLOPs pass (torch dispatch count or PAPI)",
+              aggregate="sum", comparable=True, show_method=True, help="floating-point operations per sample"),
+    MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
+              stats=("mean", "p50", "p90", "p99"), table_stats=("mean", "p50", "p90", "p99"),
+              help="time to first audio"),
+    MetricDef("rtf", "RTF", "", fmt_ratio, SERVICE, "client clock: (completion - send) / audio seconds",
+              stats=("mean", "p50", "p90", "p99"), table_stats=("mean", "p50", "p90", "p99"),
+              help="real-time factor"),
+    MetricDef("latency_s", "latency", "s", fmt_seconds, SERVICE, "client clock: completion - send",
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"), help="end-to-end latency"),
+    MetricDef("throughput", "throughput", "audio s/s", fmt_audio_rate, SERVICE,
+              "audio seconds of ok requests / wall seconds of the measured phase", budgetable=False,
+              help="audio seconds produced per wall second"),
+    MetricDef("error_rate", "errors", "", fmt_percent, SERVICE, "failed / measured requests",
+              help="fraction of measured requests that failed"),
+)
+
+BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
+INFERENCE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == INFERENCE)
+SERVICE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == SERVICE)
+INFERENCE_NAMES: tuple[str, ...] = tuple(m.name for m in INFERENCE_METRICS)
+COMPARABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.comparable)
+
+
+def budget_keys(metric: MetricDef) -> tuple[str, ...]:
+    """The s2st_budget keywords one metric offers: its name, or <name>_<stat> for a service statistic."""
+    if not metric.budgetable:
+        return ()
+    return tuple(f"{metric.name}_{s}" for s in metric.stats) if metric.stats else (metric.name,)
+
+
+INFERENCE_BUDGETS: tuple[str, ...] = tuple(k for m in INFERENCE_METRICS for k in budget_keys(m))
+SERVICE_BUDGETS: dict[str, tuple[str, str | None]] = {  # budget keyword -> (metric, stat or None)
+    k: (m.name, k[len(m.name) + 1:] or None) for m in SERVICE_METRICS for k in budget_keys(m)
+}
+BUDGETS: tuple[str, ...] = INFERENCE_BUDGETS + tuple(SERVICE_BUDGETS)
+
+
+def budget_signature() -> str:
+    """The marker's signature line in ``pytest --markers``, generated from the table."""
+    return "s2st_budget(" + ", ".join(f"{k}=" for k in BUDGETS) + ", stage=None)"
+
+
+def service_value(summary: Mapping[str, Any], key: str) -> float | None:
+    """A service budget keyword's value in a level summary: 'ttfa_s_p99' -> summary['ttfa_s']['p99']."""
+    metric, stat = SERVICE_BUDGETS[key]
+    value = summary.get(metric)
+    if stat is not None:
+        value = (value or {}).get(stat)
+    return None if value is None else float(value)
+
+
+def format_value(name: str, value: float | None) -> str:
+    return BY_NAME[name].format(value)

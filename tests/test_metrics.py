@@ -1,0 +1,69 @@
+"""The metric table (metrics.py) is what the runner, tables, compare, budgets and marker help read."""
+from __future__ import annotations
+
+import pytest
+
+from pytest_s2st import metrics
+from pytest_s2st.budget import parse_budget, service_lookup
+from pytest_s2st.measure.record import Metric
+from pytest_s2st.report import Row, render_service_table, render_table
+from pytest_s2st.runner import StageResult, aggregate
+from pytest_s2st.settings import compare_limits
+
+
+def test_every_inference_metric_is_a_column_in_table_order():
+    header = render_table([Row("x", "x", {})])[0].split()
+    titles = " ".join(header)
+    positions = [titles.index(m.title) for m in metrics.INFERENCE_METRICS]
+    assert positions == sorted(positions)
+
+
+def test_cascade_totals_follow_each_metrics_aggregate():
+    a = StageResult("a", {m.name: Metric(2.0, "x") for m in metrics.INFERENCE_METRICS})
+    b = StageResult("b", {m.name: Metric(5.0, "x") for m in metrics.INFERENCE_METRICS})
+    totals = aggregate([a, b])
+    for m in metrics.INFERENCE_METRICS:
+        assert totals[m.name].value == {"sum": 7.0, "max": 5.0}[m.aggregate], m.name
+    assert {m.name for m in metrics.INFERENCE_METRICS if m.aggregate == "sum"} == {"runtime_s", "flops"}
+
+
+def test_every_budget_keyword_is_accepted_and_in_the_marker_signature():
+    signature = metrics.budget_signature()
+    for key in metrics.BUDGETS:
+        assert f"{key}=" in signature
+        limits, _ = parse_budget({key: 1.0}, "t")
+        assert limits == {key: 1.0}
+    assert "ttfa_s_p99" in metrics.BUDGETS and "runtime_s" in metrics.BUDGETS
+    assert "throughput_p99" not in metrics.BUDGETS  # not budgetable
+    with pytest.raises(Exception, match="unknown metric 'throughput'"):
+        parse_budget({"throughput": 1.0}, "t")
+
+
+def test_every_comparable_metric_can_gate_a_compare():
+    limits = compare_limits(",".join(f"{name}:1%" for name in metrics.COMPARABLE))
+    assert [limit.metric for limit in limits] == list(metrics.COMPARABLE)
+
+
+def test_service_lookup_reads_the_stat_the_keyword_names():
+    summary = {"ttfa_s": {"p99": 0.5, "mean": 0.2}, "rtf": {"p50": 0.3}, "error_rate": 0.0, "reasons": {}}
+    lookup = service_lookup({"summary": summary})
+    assert lookup("ttfa_s_p99", None).value == 0.5
+    assert lookup("rtf_p50", None).value == 0.3
+    assert lookup("error_rate", None).value == 0.0  # zero is a value, not "unset"
+    assert lookup("latency_s_p99", None).value is None
+
+
+def test_service_table_columns_come_from_the_table():
+    data = {"concurrency": 2, "summary": {"n": 2, "n_ok": 2, "ttfa_s": {"mean": 0.1, "p50": 0.1, "p90": 0.1, "p99": 0.1},
+                                          "rtf": {}, "latency_s": {"p50": 1.0, "p99": 2.0}, "throughput": 3.0,
+                                          "error_rate": 0.0}}
+    header, _, row = render_service_table([("svc", data)])
+    assert header.split()[:8] == ["Name", "conc", "ok/n", "TTFA", "mean", "p50", "p90", "p99"]
+    assert "latency p50" in header and "throughput" in header and "errors" in header
+    assert "100.000 ms" in row and "3.00 s/s" in row and "0.0%" in row
+
+
+def test_marker_help_is_generated(pytester):
+    result = pytester.runpytest("--markers")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*@pytest.mark.s2st_budget(runtime_s=, *ttfa_s_p99=, *error_rate=, stage=None)*"])
