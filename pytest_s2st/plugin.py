@@ -6,21 +6,20 @@ qwen_tts here; the core modules that need them are imported inside fixtures.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .errors import S2STError
+from .metrics import budget_signature
+from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
 from .settings import SETTINGS, argparse_type
 
 S2ST_FIXTURES = {"s2st_case", "s2st_pipeline", "s2st_dataset", "s2st_service", "s2st_workload"}
-MEASUREMENT_KEY = pytest.StashKey["Any"]()
-VERDICT_KEY = pytest.StashKey["Any"]()
 
 MARKERS = {
-    "s2st_budget(runtime_s=, peak_rss_mib=, peak_delta_mib=, device_peak_mib=, flops=, stage=None)":
+    budget_signature():
                    "fail the test when a measured metric is over its limit; a budgeted metric that could not be "
                    "measured makes the test INCONCLUSIVE (a failure under --s2st-strict).",
     "s2st_gate(scorer_id=, min_improvement_pct=, max_error_rate_increase=, max_speaker_drop=, max_duration_change_pct=, "
@@ -33,58 +32,6 @@ MARKERS = {
 }
 
 
-@dataclass
-class S2STSession:
-    """Per-session state: resolved cases and what was measured (for the table, verdicts and compare)."""
-
-    config: pytest.Config
-    explicit: dict[str, Any]
-    cases: list[Any] | None = None
-    results: list[tuple[Any, Any]] = field(default_factory=list)  # (item, Measurement)
-    service_results: list[tuple[Any, dict]] = field(default_factory=list)  # (item, load summary)
-    evidence_root: Any = None
-    baselines: dict[str, Any] = field(default_factory=dict)  # quality.baseline config -> (case, reference server)
-    plots: list[str] = field(default_factory=list)
-    inconclusive: list[tuple[str, list[str]]] = field(default_factory=list)
-    regressions: list[str] = field(default_factory=list)
-
-    def option(self, name: str) -> Any:
-        if name in self.explicit:
-            return self.explicit[name]
-        from .cases import resolve_settings
-
-        return resolve_settings({}, self.explicit, self.ini, lambda key: key)[name]
-
-    def ini(self, name: str) -> Any:
-        return self.config.getini(name)
-
-    def load_cases(self) -> list[Any]:
-        if self.cases is None:
-            from .cases import load_case
-
-            paths = self.config.getoption("s2st_config") or self.ini("s2st_config")
-            if not paths:
-                from .defaults import default_config_paths
-
-                paths = default_config_paths()
-            cases = [load_case(p, self.explicit, self.ini) for p in paths]
-            seen: dict[str, Any] = {}
-            for case in cases:
-                if case.case_id in seen:
-                    raise S2STError(f"{case.config.path}: case id {case.case_id!r} is also used by "
-                                    f"{seen[case.case_id].config.path}; set general.name to tell them apart")
-                seen[case.case_id] = case
-            self.cases = cases
-        return self.cases
-
-
-def _session(config: pytest.Config) -> S2STSession:
-    return config.stash[SESSION_KEY]
-
-
-SESSION_KEY = pytest.StashKey[S2STSession]()
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("s2st", "speech-model benchmarks (pytest-s2st)")
     group.addoption("--s2st-config", action="append", dest="s2st_config", default=None, metavar="YAML",
@@ -92,9 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "cases; default: the embedded tiny models")
     parser.addini("s2st_config", "benchmark configs used when --s2st-config is not given", type="paths")
     for setting in SETTINGS:
-        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": f"{setting.help} (default: {setting.default})"}
+        # argparse %-formats help texts: a literal % (e.g. "flops:1%") must be doubled
+        help_text = setting.help.replace("%", "%%")
+        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None,
+                                  "help": f"{help_text} (default: {setting.default})"}
         if setting.parse.__name__ == "boolean":
-            kwargs.update(action="store_true", help=setting.help)
+            kwargs.update(action="store_true", help=help_text)
         else:
             kwargs.update(type=argparse_type(setting), metavar=setting.metavar or setting.name.upper())
         group.addoption(setting.flag, **kwargs)
@@ -104,8 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, help_text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {help_text}")  # pytest reads the name before "("
-    explicit = {s.name: config.getoption(s.dest) for s in SETTINGS if config.getoption(s.dest) not in (None, False)}
-    state = S2STSession(config, explicit)
+    state = S2STSession(config)
     config.stash[SESSION_KEY] = state
     try:
         # validate every global setting now, so a bad ini value is a usage error before any test runs
@@ -126,12 +75,25 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     return [f"s2st: {len(state.cases)} case(s): {', '.join(c.case_id for c in state.cases)}"]
 
 
+def _no_speech_case(metafunc: pytest.Metafunc, cases: list[Any], needs_level: bool) -> None:
+    """A service benchmark with no case that serves speech: one skipped item that says why."""
+    reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
+              "add a TTS/Qwen3TTS/callable case or mark the test s2st_models(...)")
+    skip = pytest.mark.skip(reason=reason)
+    if needs_level:
+        metafunc.parametrize(["s2st_case", "s2st_concurrency"], [pytest.param(None, None, marks=skip)],
+                             ids=["no-speech-case"], indirect=["s2st_case"], scope="session")
+    else:
+        metafunc.parametrize("s2st_case", [pytest.param(None, marks=skip)], ids=["no-speech-case"],
+                             indirect=True, scope="session")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = set(metafunc.fixturenames)
     needs_case, needs_level = bool(S2ST_FIXTURES & names), "s2st_concurrency" in names
     if not (needs_case or needs_level):
         return
-    state = _session(metafunc.config)
+    state = session_of(metafunc.config)
     if not needs_case:
         levels = state.option("concurrency")
         metafunc.parametrize("s2st_concurrency", levels, ids=[f"c{c}" for c in levels], scope="session")
@@ -147,15 +109,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     elif "s2st_service" in names:  # a service benchmark: only the cases a speech service can serve
         serving = [c for c in cases if c.serves_speech]
         if not serving and cases:
-            reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
-                      "add a TTS/Qwen3TTS/callable case or mark the test s2st_models(...)")
-            skip = pytest.mark.skip(reason=reason)
-            if needs_level:
-                metafunc.parametrize(["s2st_case", "s2st_concurrency"], [pytest.param(None, None, marks=skip)],
-                                     ids=["no-speech-case"], indirect=["s2st_case"], scope="session")
-            else:
-                metafunc.parametrize("s2st_case", [pytest.param(None, marks=skip)], ids=["no-speech-case"],
-                                     indirect=True, scope="session")
+            _no_speech_case(metafunc, cases, needs_level)
             return
         cases = serving
     if not needs_level:
@@ -165,12 +119,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     pairs = [(c, level) for c in cases for level in c.settings["concurrency"]]
     metafunc.parametrize(["s2st_case", "s2st_concurrency"], pairs, ids=[f"{c.case_id}-c{level}" for c, level in pairs],
                          indirect=["s2st_case"], scope="session")
-
-
-def _fail(exc: "S2STError | str") -> None:
-    """Fail the test with one line: no traceback, no "During handling of the above exception"."""
-    __tracebackhide__ = True
-    raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 @pytest.fixture(scope="session")
@@ -188,78 +136,88 @@ def s2st_pipeline(s2st_case):
         pipeline = build_pipeline(s2st_case.model_type, s2st_case.config.stages,
                                   device=s2st_case.device().name, config_path=s2st_case.config.path)
     except S2STError as exc:
-        _fail(exc)
+        fail(exc)
     yield pipeline
     pipeline.close()
 
 
 @pytest.fixture(scope="session")
 def s2st_dataset(s2st_case):
-    """The case's samples (npy or raw), dataset_size applied."""
+    """The case's samples (npy, raw or text), dataset_size applied (here, and only here)."""
     from .datasets import load_dataset
 
     path = s2st_case.config.general.get("dataset_path")
     if path is None:
-        pytest.fail(f"{s2st_case.config.path}: no dataset: set general.dataset_path or --s2st-dataset-path",
-                    pytrace=False)
+        fail(f"{s2st_case.config.path}: no dataset: set general.dataset_path or --s2st-dataset-path")
     try:
         return load_dataset(path, s2st_case.settings["dataset_type"], s2st_case.settings["dataset_size"],
                             sample_rate=int(s2st_case.config.general.get("sample_rate", 16000)))
     except S2STError as exc:
-        _fail(exc)
+        fail(exc)
+
+
+def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]:
+    """(settings, RunSettings) of an s2st_benchmark call: the case's, else the session's."""
+    from .runner import RunSettings
+
+    state = session_of(request.config)
+    settings = case.settings if case else {s.name: state.option(s.name) for s in SETTINGS}
+    try:
+        if case is not None:
+            device = case.device()
+        else:
+            from .measure.device import resolve_device
+
+            device = resolve_device(settings["device"])
+    except S2STError as exc:
+        fail(exc)
+    return settings, RunSettings(device=device, repeat=settings["repeat"], warmup=settings["warmup"],
+                                 memory=settings["memory"], flops=settings["flops"], threads=settings["threads"])
+
+
+def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
+    from .dump import dump_waveforms
+
+    general = case.config.general if case else {}
+    speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
+    if speech:
+        try:
+            dump_waveforms(speech, Path(dump_dir) / measurement.case_id,
+                           str(general.get("dump_waveform_file_prefix", "")), general.get("target_sr"))
+        except S2STError as exc:
+            fail(exc)
 
 
 @pytest.fixture
 def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
-    """Call as ``s2st_benchmark(pipeline, dataset)``: measures runtime, memory and FLOPs of every stage."""
-    from .runner import Measurement, RunSettings, measure_pipeline
+    """Call as ``s2st_benchmark(pipeline, dataset)``: measures runtime, memory and FLOPs of every stage.
 
-    state = _session(request.config)
+    The dataset is measured as given: s2st_dataset has already applied dataset_size.
+    """
+    from .benchmark_compat import fixture_timer, timer_name
+    from .runner import Measurement, measure_pipeline
+
+    state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
     def run(pipeline, dataset) -> Measurement:
-        settings = case.settings if case else {s.name: state.option(s.name) for s in SETTINGS}
-        try:
-            if case is not None:
-                device = case.device()
-            else:
-                from .measure.device import resolve_device
-
-                device = resolve_device(settings["device"])
-        except S2STError as exc:
-            _fail(exc)
-        run_settings = RunSettings(device=device, repeat=settings["repeat"], warmup=settings["warmup"],
-                                   memory=settings["memory"], flops=settings["flops"], threads=settings["threads"])
+        settings, run_settings = _run_settings(request, case)
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
-        request.node.stash[MEASUREMENT_KEY] = measurement  # kept even if a stage crashes half-way
-        state.results.append((request.node, measurement))
+        state.add_measurement(request.node, measurement)
 
         def drive(rounds) -> str:
-            rounds.timer = benchmark._timer
+            rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
             benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count, iterations=1, warmup_rounds=0)
-            timer = benchmark._timer
-            return f"{getattr(timer, '__module__', '')}.{getattr(timer, '__name__', repr(timer))}".lstrip(".")
+            return timer_name(timer)
 
-        samples = list(dataset)
-        if settings.get("dataset_size"):
-            samples = samples[: settings["dataset_size"]]
-        measure_pipeline(pipeline, samples, run_settings, case_id=measurement.case_id,
+        measure_pipeline(pipeline, list(dataset), run_settings, case_id=measurement.case_id,
                          drive_timing=drive, measurement=measurement,
                          progress=_progress_writer(request.config, measurement.case_id))
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if settings.get("dump_dir"):
-            from .dump import dump_waveforms
-
-            general = case.config.general if case else {}
-            speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
-            if speech:
-                try:
-                    dump_waveforms(speech, Path(settings["dump_dir"]) / measurement.case_id,
-                                   str(general.get("dump_waveform_file_prefix", "")), general.get("target_sr"))
-                except S2STError as exc:
-                    _fail(exc)
+            _dump(measurement, case, settings["dump_dir"])
         return measurement
 
     return run
@@ -283,9 +241,10 @@ def _progress_writer(config: pytest.Config, case_id: str):
 def _item_verdict(item: pytest.Item):
     """Budgets and evidence of one test -> the worst verdict (FAIL > INCONCLUSIVE > PASS), or None."""
     from .budget import FAIL, INCONCLUSIVE, PASS, Verdict, check_budget, parse_budget, service_lookup
+    from .service.bench import evidence_reasons, gate_verdict
 
     measurement = item.stash.get(MEASUREMENT_KEY, None)
-    service = item.stash.get(_service_key(), None)
+    service = item.stash.get(SERVICE_KEY, None)
     verdicts = []
     for marker in item.iter_markers("s2st_budget"):
         limits, stage = parse_budget(marker.kwargs, item.nodeid)
@@ -297,9 +256,7 @@ def _item_verdict(item: pytest.Item):
             verdicts.append(Verdict(INCONCLUSIVE, ["s2st_budget set but the test measured nothing "
                                                    "(call s2st_benchmark or s2st_load)"]))
     if service is not None:
-        from .plugin_service import gate_verdict, service_evidence_reasons
-
-        reasons = service_evidence_reasons(service)
+        reasons = evidence_reasons(service)
         verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))
         gate = gate_verdict(service)
         if gate is not None:
@@ -314,12 +271,6 @@ def _item_verdict(item: pytest.Item):
     return Verdict(worst.status, reasons, speedup=speedup)
 
 
-def _service_key():
-    from .plugin_service import SERVICE_KEY
-
-    return SERVICE_KEY
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from .budget import parse_budget
 
@@ -327,7 +278,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         try:
             parse_budget(marker.kwargs, item.nodeid)
         except S2STError as exc:
-            _fail(exc)
+            fail(exc)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -336,30 +287,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if report.when != "call":
         return
-    measurement = item.stash.get(MEASUREMENT_KEY, None)
     if not report.passed:
-        if measurement is not None:
+        if item.stash.get(MEASUREMENT_KEY, None) is not None:
             report.s2st_verdict = "ERROR"
         return
     verdict = _item_verdict(item)
-    if verdict is None:
-        return
-    item.stash[VERDICT_KEY] = verdict
-    report.s2st_verdict = verdict.status
-    report.s2st_reasons = list(verdict.reasons)
-    benchmark = getattr(item, "funcargs", {}).get("benchmark")
-    for key in ("s2st", "s2st_service"):
-        if benchmark is not None and key in benchmark.extra_info:
-            benchmark.extra_info[key]["verdict"] = verdict.to_dict()
-    state = _session(item.config)
-    if verdict.status == "FAIL":
-        report.outcome = "failed"
-        report.longrepr = "s2st FAIL:\n" + "\n".join(f"  {r}" for r in verdict.reasons)
-    elif verdict.status == "INCONCLUSIVE":
-        state.inconclusive.append((item.nodeid, verdict.reasons))
-        if state.option("strict"):
-            report.outcome = "failed"
-            report.longrepr = "s2st INCONCLUSIVE (failing under --s2st-strict):\n" + "\n".join(f"  {r}" for r in verdict.reasons)
+    if verdict is not None:
+        session_of(item.config).record_verdict(item, report, verdict)
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
@@ -368,96 +302,14 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     return None
 
 
-def _rows(state: S2STSession):
-    from .report import rows_from
-
-    rows = []
-    for item, measurement in state.results:
-        verdict = item.stash.get(VERDICT_KEY, None)
-        data = measurement.to_dict()
-        rows += rows_from(item.name, item.nodeid, data, verdict.status if verdict else "")
-    return rows
-
-
-def _compared(config: pytest.Config) -> dict[str, Any]:
-    from .report import compared_rows
-
-    bs = getattr(config, "_benchmarksession", None)
-    out: dict[str, Any] = {}
-    for mapping in (getattr(bs, "compared_mapping", None) or {}).values():
-        for saved in mapping.values():
-            out.update(compared_rows(saved))
-    return out
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(SESSION_KEY, None)
-    if state is None:
-        return
-    if state.service_results and state.option("plot"):
-        from .plot import plot_service
-
-        try:
-            state.plots += [str(p) for p in plot_service(state.service_results, state.option("plot"))]
-        except S2STError as exc:
-            state.plots.append(f"not written: {exc}")
-    if not state.results:
-        return
-    limits = state.option("compare_fail")
-    if limits:
-        from .report import regressions
-
-        state.regressions = regressions(_rows(state), _compared(session.config), limits)
-        if state.regressions and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if state.inconclusive and state.option("strict") and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if state is not None:
+        state.finish(session)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(SESSION_KEY, None)
-    if state is None:
-        return
-    tr = terminalreporter
-    if state.results:
-        from .report import missing_notes, render_compare, render_table
-
-        rows = _rows(state)
-        tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
-        for line in render_table(rows):
-            tr.write_line(line)
-        for note in missing_notes(rows):
-            tr.write_line(f"note: {note}")
-        compared = _compared(config)
-        if compared:
-            lines = render_compare(rows, compared)
-            if lines:
-                tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
-                for line in lines:
-                    tr.write_line(line)
-    if state.service_results:
-        from .plugin_service import render_service_table
-
-        tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
-        for line in render_service_table(state.service_results):
-            tr.write_line(line)
-        for item, data in state.service_results:
-            gate = data.get("gate")
-            if gate:
-                speedup = ", ".join(f"{k} {v:.3f}x" for k, v in sorted((gate.get("speedup") or {}).items()))
-                tr.write_line(f"gate {item.name}: {gate['status']} against {data.get('baseline_dir')}"
-                              + (f"; speedup ({data.get('policy', {}).get('speed_metric', 'rtf')}): {speedup}" if speedup else ""))
-        tr.write_line(f"evidence (requests.jsonl, wav/): {state.evidence_root}")
-        for path in state.plots:
-            tr.write_line(f"plot: {path}")
-    if state.inconclusive:
-        tr.write_sep("=", "s2st INCONCLUSIVE", yellow=True)
-        for nodeid, reasons in state.inconclusive:
-            tr.write_line(f"{nodeid}:")
-            for reason in reasons:
-                tr.write_line(f"    {reason}")
-    if state.regressions:
-        tr.write_sep("=", "s2st regressions (--s2st-compare-fail)", red=True)
-        for line in state.regressions:
-            tr.write_line(line)
+    if state is not None:
+        state.display(terminalreporter)

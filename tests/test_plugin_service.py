@@ -61,7 +61,7 @@ def test_service_levels_table_json_and_evidence(pytester):
     assert c2["verdict"]["status"] == "PASS"
     assert "send_t" in c2["methods"]["ttfa_s"] and "socket" in c2["methods"]["send_t"]  # how it was measured
     # evidence: a record per request (warm-up included) and a real WAV per response
-    from pytest_s2st.service.evidence import read_records
+    from pytest_s2st.runs import read_records
 
     records = read_records(c2["evidence_dir"])
     assert sorted(r["id"] for r in records) == ["c2-r0", "c2-r1", "c2-r2", "c2-r3", "c2-w0"]
@@ -136,3 +136,27 @@ def test_which_model_types_serve_speech(tmp_path):
         # a declaration cannot make a known text-out or speech-in type serve speech
         cfg.write_text(f"general:\n  model_type: {model_type}\n  serves_speech: true\nstage1:\n  path: x.pt\n")
         assert load_case(cfg, {}, lambda name: None).serves_speech is serves, model_type
+
+
+def test_command_line_overrides_reach_the_reference_server(pytester):
+    """The server receives the resolved case: a model type, threads and levels given to pytest are
+    what its identity JSON shows, and each level's summary.json is written once, complete."""
+    (pytester.path / "tone.py").write_text(TONE_PY)
+    cfg = pytester.path / "tone.yaml"
+    # the YAML says TTS (no such model here) and 1 thread; the command line says otherwise
+    cfg.write_text("general:\n  name: tone\n  model_type: TTS\n  threads: 1\n  warmup: 0\n"
+                   "stage1:\n  entry: tone.py:build_tone\n")
+    pytester.makepyfile(test_service=SERVICE_TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-model-type",
+                                           "callable", "--s2st-threads=2", "--s2st-requests=2",
+                                           "--s2st-concurrency=1", "--s2st-warmup", "0", "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]
+    identity = data["identity"]
+    assert identity["model_type"] == "callable" and identity["case_id"] == "callable-tone"
+    assert identity["settings"]["threads"] == 2 and identity["settings"]["warmup"] == 0
+    assert identity["settings"]["requests"] == 2
+    # one write per level, by the load generator, keeping what the plugin used to drop
+    level = json.loads((pytester.path / data["evidence_dir"] / "summary.json").read_text())["by_concurrency"]["1"]
+    assert level["wall_s"] > 0 and level["timed_out"] is False and "t0_perf" in level
+    assert level["summary"]["n"] == 2

@@ -232,3 +232,19 @@ def test_long_datasets_show_progress_every_100_samples(pytester):
         "s2st ?callable-np? all stages: timing 100/230",
         "s2st ?callable-np? all stages: timing 200/230",
     ])
+
+
+def test_dataset_size_is_applied_once_by_the_dataset_fixture(pytester):
+    """--s2st-dataset-size cuts s2st_dataset; a dataset the test builds itself is measured as given."""
+    cfg = write_case(pytester.path, "np", ["build_numpy"])
+    pytester.makepyfile(test_bench='''
+def test_fixture_dataset(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    assert len(s2st_dataset) == 2
+    assert s2st_benchmark(s2st_pipeline, s2st_dataset).info["samples"] == 2
+
+def test_own_dataset(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    mine = list(s2st_dataset) * 2
+    assert s2st_benchmark(s2st_pipeline, mine).info["samples"] == 4
+''')
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-dataset-size=2")
+    result.assert_outcomes(passed=2)

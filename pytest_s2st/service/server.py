@@ -46,10 +46,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "model": ((str,), False),
 }
 
-_QUEUE = web.AppKey("queue", asyncio.Queue)
-_EXECUTOR = web.AppKey("executor", ThreadPoolExecutor)
-_WORKER = web.AppKey("worker", asyncio.Task)
-_STATE = web.AppKey("state", dict)
+_STATE = web.AppKey("state", dict)  # served / failed / busy counters, readable by tests
 
 
 @dataclass
@@ -106,34 +103,29 @@ def sse_event(payload: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-def make_app(
-    synthesize: Synthesizer,
-    *,
-    identity: dict,
-    queue_size: int = 8,
-    chunk_samples: int = 4800,
-) -> web.Application:
-    """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy."""
-    if queue_size < 1:
-        raise S2STError(f"queue_size={queue_size}: must be >= 1")
-    if chunk_samples < 1:
-        raise S2STError(f"chunk_samples={chunk_samples}: must be >= 1")
-    app = web.Application()
-    app[_STATE] = {"ready": False, "served": 0, "failed": 0, "busy": 0}
+class _SpeechApp:
+    """The handlers of one app; ONE model worker, a bounded queue in front of it."""
 
-    def generate(request: dict) -> tuple[bytes, int]:
+    def __init__(self, synthesize: Synthesizer, identity: dict, queue_size: int, chunk_samples: int):
+        self.synthesize, self.identity = synthesize, identity
+        self.queue_size, self.chunk_samples = queue_size, chunk_samples
+        self.state = {"ready": False, "served": 0, "failed": 0, "busy": 0}
+        self.queue: asyncio.Queue | None = None
+        self.executor: ThreadPoolExecutor | None = None
+        self.worker_task: asyncio.Task | None = None
+
+    def generate(self, request: dict) -> tuple[bytes, int]:
         # on the model thread: the int16 conversion of a long waveform stays off the event loop
-        return to_pcm16(*synthesize(request))
+        return to_pcm16(*self.synthesize(request))
 
-    async def worker(app: web.Application) -> None:
+    async def worker(self) -> None:
         loop = asyncio.get_running_loop()
-        queue = app[_QUEUE]
         while True:
-            job: _Job = await queue.get()
+            job: _Job = await self.queue.get()
             if job.future.cancelled():  # client went away while queued: skip the work
                 continue
             try:
-                result = await loop.run_in_executor(app[_EXECUTOR], generate, job.request)
+                result = await loop.run_in_executor(self.executor, self.generate, job.request)
             except Exception as exc:  # reported to that request; the worker lives on
                 if not job.future.done():
                     job.future.set_exception(exc)
@@ -141,30 +133,31 @@ def make_app(
                 if not job.future.done():
                     job.future.set_result(result)
 
-    async def on_startup(app: web.Application) -> None:
-        app[_QUEUE] = asyncio.Queue(maxsize=queue_size)
-        app[_EXECUTOR] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s2st-model")
-        app[_WORKER] = asyncio.create_task(worker(app))
-        app[_STATE]["ready"] = True
+    async def on_startup(self, app: web.Application) -> None:
+        self.queue = asyncio.Queue(maxsize=self.queue_size)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s2st-model")
+        self.worker_task = asyncio.create_task(self.worker())
+        self.state["ready"] = True
 
-    async def on_cleanup(app: web.Application) -> None:
-        app[_STATE]["ready"] = False
-        app[_WORKER].cancel()
-        app[_EXECUTOR].shutdown(wait=False, cancel_futures=True)
+    async def on_cleanup(self, app: web.Application) -> None:
+        self.state["ready"] = False
+        self.worker_task.cancel()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
-    async def health(request: web.Request) -> web.Response:
-        if not app[_STATE]["ready"]:
+    async def health(self, request: web.Request) -> web.Response:
+        if not self.state["ready"]:
             return web.json_response({"status": "starting"}, status=503)
-        state = app[_STATE]
+        state = self.state
         return web.json_response(
-            {"status": "ok", "queued": app[_QUEUE].qsize(), "queue_size": queue_size,
+            {"status": "ok", "queued": self.queue.qsize(), "queue_size": self.queue_size,
              "served": state["served"], "failed": state["failed"], "busy_rejections": state["busy"]}
         )
 
-    async def get_identity(request: web.Request) -> web.Response:
-        return web.json_response(identity)
+    async def get_identity(self, request: web.Request) -> web.Response:
+        return web.json_response(self.identity)
 
-    async def speech(request: web.Request) -> web.StreamResponse:
+    async def _synthesize(self, request: web.Request) -> tuple[bytes, int] | web.Response:
+        """Validate, queue, wait for the model: the PCM, or the error response to send."""
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -178,61 +171,75 @@ def make_app(
         fields["id"] = request.headers.get("X-Request-Id", "request")
         job = _Job(fields, asyncio.get_running_loop().create_future())
         try:
-            app[_QUEUE].put_nowait(job)
+            self.queue.put_nowait(job)
         except asyncio.QueueFull:
-            app[_STATE]["busy"] += 1
+            self.state["busy"] += 1
             return web.json_response({"error": "busy"}, status=503)
         try:
-            pcm, sample_rate = await job.future
+            return await job.future
         except asyncio.CancelledError:
             job.future.cancel()
             raise
         except Exception as exc:  # before streaming: a plain 500 the client can read
-            app[_STATE]["failed"] += 1
+            self.state["failed"] += 1
             return web.json_response({"error": f"synthesis failed: {type(exc).__name__}: {exc}"}, status=500)
 
+    async def speech(self, request: web.Request) -> web.StreamResponse:
+        outcome = await self._synthesize(request)
+        if isinstance(outcome, web.Response):
+            return outcome
+        pcm, sample_rate = outcome
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        samples = len(pcm) // 2
-        step = 2 * chunk_samples
         try:
-            for index, start in enumerate(range(0, len(pcm), step)):
-                chunk = base64.b64encode(pcm[start : start + step]).decode("ascii")
-                await response.write(
-                    sse_event({"type": "audio", "index": index, "pcm": chunk, "sample_rate": sample_rate})
-                )
-            await response.write(
-                sse_event(
-                    {
-                        "type": "done",
-                        "audio_seconds": samples / sample_rate,
-                        "samples": samples,
-                        "sample_rate": sample_rate,
-                        "streaming": False,
-                        "note": NON_STREAMING_NOTE,
-                        "pcm_sha256": hashlib.sha256(pcm).hexdigest(),
-                    }
-                )
-            )
-            await response.write_eof()
+            await self._stream(response, pcm, sample_rate)
         except ConnectionError:
             return response  # client went away mid-stream; nothing left to tell it
         except Exception as exc:  # headers already sent: report in-band
-            app[_STATE]["failed"] += 1
+            self.state["failed"] += 1
             try:
                 await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
                 await response.write_eof()
             except ConnectionError:
                 pass
             return response
-        app[_STATE]["served"] += 1
+        self.state["served"] += 1
         return response
 
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-    app.router.add_get("/health", health)
-    app.router.add_get("/identity", get_identity)
-    app.router.add_post(SPEECH_PATH, speech)
+    async def _stream(self, response: web.StreamResponse, pcm: bytes, sample_rate: int) -> None:
+        """Audio events of chunk_samples int16 samples each, then the done event."""
+        step = 2 * self.chunk_samples
+        for index, start in enumerate(range(0, len(pcm), step)):
+            chunk = base64.b64encode(pcm[start : start + step]).decode("ascii")
+            await response.write(sse_event({"type": "audio", "index": index, "pcm": chunk, "sample_rate": sample_rate}))
+        samples = len(pcm) // 2
+        await response.write(sse_event({
+            "type": "done", "audio_seconds": samples / sample_rate, "samples": samples, "sample_rate": sample_rate,
+            "streaming": False, "note": NON_STREAMING_NOTE, "pcm_sha256": hashlib.sha256(pcm).hexdigest(),
+        }))
+        await response.write_eof()
+
+
+def make_app(
+    synthesize: Synthesizer,
+    *,
+    identity: dict,
+    queue_size: int = 8,
+    chunk_samples: int = 4800,
+) -> web.Application:
+    """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy."""
+    if queue_size < 1:
+        raise S2STError(f"queue_size={queue_size}: must be >= 1")
+    if chunk_samples < 1:
+        raise S2STError(f"chunk_samples={chunk_samples}: must be >= 1")
+    handlers = _SpeechApp(synthesize, identity, queue_size, chunk_samples)
+    app = web.Application()
+    app[_STATE] = handlers.state
+    app.on_startup.append(handlers.on_startup)
+    app.on_cleanup.append(handlers.on_cleanup)
+    app.router.add_get("/health", handlers.health)
+    app.router.add_get("/identity", handlers.get_identity)
+    app.router.add_post(SPEECH_PATH, handlers.speech)
     return app
 
 
