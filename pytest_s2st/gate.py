@@ -30,10 +30,6 @@ def needs_scores(policy: Policy) -> bool:
     return policy.max_error_rate_increase is not None or policy.max_speaker_drop is not None
 
 
-def level_dir(root: str | Path, case_id: str, concurrency: int) -> Path:
-    return Path(root) / case_id / f"c{concurrency}"
-
-
 def baseline_from_compare(compared_mapping: Mapping[str, Mapping[str, Any]] | None, fullname: str) -> Path | None:
     """The evidence dir of the same benchmark in the run --benchmark-compare loaded."""
     for mapping in (compared_mapping or {}).values():

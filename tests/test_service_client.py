@@ -15,7 +15,7 @@ import soundfile as sf
 from aiohttp import web
 
 from pytest_s2st.errors import S2STError
-from pytest_s2st.service import evidence
+from pytest_s2st import runs
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
 from pytest_s2st.service.workload import load_workload
@@ -55,13 +55,13 @@ def test_records_wavs_ids_and_summary(tmp_path):
     assert by_id["c2-r2"]["instruct"] == "slowly" and "instruct" not in by_id["c2-r0"]
     assert by_id["c2-w1"]["warmup"] is True and by_id["c2-r4"]["warmup"] is False
 
-    assert evidence.read_records(tmp_path) == result.records  # what was kept is what is read back
+    assert runs.read_records(tmp_path) == result.records  # what was kept is what is read back
     for r in result.records:
         assert 0 <= r["start_t"] <= r["send_t"] <= r["first_audio_t"] <= r["done_t"]
         assert r["send_wall"] == pytest.approx(time.time(), abs=60)
         times = [t for t, _ in r["chunks"]]
         assert times == sorted(times) and times[0] == r["first_audio_t"]
-        data, sr = sf.read(evidence.wav_path(tmp_path, r["id"]), dtype="int16")
+        data, sr = sf.read(runs.wav_path(tmp_path, r["id"]), dtype="int16")
         assert sr == r["sample_rate"] == 24000
         assert sum(n for _, n in r["chunks"]) == 2 * len(data)
         assert r["audio_seconds"] == pytest.approx(len(data) / sr)
@@ -125,27 +125,73 @@ def test_default_workload_runs_and_each_level_is_kept(tmp_path):
             await runner.cleanup()
 
     run(main())
-    ids = {r["id"] for r in evidence.read_records(tmp_path)}
+    ids = {r["id"] for r in runs.read_records(tmp_path)}
     assert ids == {"c1-w0", "c1-r0", "c1-r1", "c1-r2", "c3-w0", "c3-r0", "c3-r1", "c3-r2"}
-    assert set(evidence.read_summary(tmp_path)["by_concurrency"]) == {"1", "3"}
+    assert set(runs.read_summary(tmp_path)["by_concurrency"]) == {"1", "3"}
+
+
+def test_extra_lands_in_the_level_entry_beside_the_clients_own_keys(tmp_path):
+    """run_load alone writes summary.json: the caller's extra (the gate's policy) sits beside wall_s & co."""
+    policy = {"max_ttfa_regression_pct": 10, "min_improvement_pct": 5}
+
+    async def main():
+        runner, base = await tone_server()
+        try:
+            return await run_load(base, WORKLOAD, 2, out_dir=tmp_path, warmups=1, requests=3,
+                                  extra={"policy": policy, "policy_fingerprint": "f" * 64})
+        finally:
+            await runner.cleanup()
+
+    result = run(main())
+    level = runs.read_summary(tmp_path)["by_concurrency"]["2"]
+    assert level["policy"] == policy and level["policy_fingerprint"] == "f" * 64
+    assert level["wall_s"] == result.wall_s and level["warmup_wall_s"] == result.warmup_wall_s
+    assert level["timed_out"] is False and level["t0_perf"] == result.t0_perf
+    assert level["started_wall"] == result.started_wall and level["identity_error"] is None
+    assert level["concurrency"] == 2 and level["summary"] == result.summary
+    with pytest.raises(S2STError, match="wall_s"):  # the measured keys are not the caller's to set
+        run(run_load("http://127.0.0.1:9", WORKLOAD, 1, out_dir=tmp_path / "x", extra={"wall_s": 0}))
+
+
+def test_summary_is_written_once_per_run_load(tmp_path, monkeypatch):
+    calls = []
+    write = runs.write_summary
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["concurrency"])
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "write_summary", counting)
+
+    async def main():
+        runner, base = await tone_server()
+        try:
+            for conc in (1, 2):
+                await run_load(base, WORKLOAD, conc, out_dir=tmp_path, warmups=0, requests=2)
+        finally:
+            await runner.cleanup()
+
+    run(main())
+    assert calls == [1, 2]
+    assert set(runs.read_summary(tmp_path)["by_concurrency"]) == {"1", "2"}
 
 
 def test_read_records_tolerates_only_a_truncated_last_line(tmp_path):
     good = [{"id": "c1-r0", "status": "ok"}, {"id": "c1-r1", "status": "error"}]
     for r in good:
-        evidence.append_record(tmp_path, r)
-    path = tmp_path / evidence.REQUESTS
+        runs.append_record(tmp_path, r)
+    path = tmp_path / runs.REQUESTS
     with open(path, "a") as fh:
         fh.write('{"id": "c1-r2", "sta')  # killed mid-write
-    assert evidence.read_records(tmp_path) == good
+    assert runs.read_records(tmp_path) == good
     with pytest.raises(S2STError, match="truncated record"):
         run(run_load("http://127.0.0.1:9", WORKLOAD, 1, out_dir=tmp_path))
     path.write_text('{"id": "c1-r0"}\n{broken\n{"id": "c1-r2"}\n')
     with pytest.raises(S2STError, match=r"requests.jsonl:2"):
-        evidence.read_records(tmp_path)
-    assert evidence.read_records(tmp_path / "nothing") == []
+        runs.read_records(tmp_path)
+    assert runs.read_records(tmp_path / "nothing") == []
     with pytest.raises(S2STError):
-        evidence.wav_path(tmp_path, "../escape")
+        runs.wav_path(tmp_path, "../escape")
 
 
 def test_server_killed_mid_run(tmp_path):
@@ -155,7 +201,7 @@ def test_server_killed_mid_run(tmp_path):
     out = tmp_path / "run"
     try:
         async def killer():
-            while len(evidence.read_records(out)) < 6:
+            while len(runs.read_records(out)) < 6:
                 await asyncio.sleep(0.01)
             proc.send_signal(signal.SIGKILL)
 
@@ -173,7 +219,7 @@ def test_server_killed_mid_run(tmp_path):
             proc.kill()
         proc.wait()
 
-    records = evidence.read_records(out)
+    records = runs.read_records(out)
     assert len(records) == 41 and {r["id"] for r in records} == {"c2-w0", *(f"c2-r{i}" for i in range(40))}
     ok = [r for r in records if r["status"] == "ok"]
     errors = [r for r in records if r["status"] == "error"]
@@ -181,8 +227,8 @@ def test_server_killed_mid_run(tmp_path):
     assert all(r["error"] for r in errors)
     assert all(("connection" in r["error"] or "disconnected" in r["error"] or "broken" in r["error"])
                for r in errors), {r["error"] for r in errors}
-    assert all(evidence.wav_path(out, r["id"]).exists() for r in ok)
-    assert not any(evidence.wav_path(out, r["id"]).exists() for r in errors)
+    assert all(runs.wav_path(out, r["id"]).exists() for r in ok)
+    assert not any(runs.wav_path(out, r["id"]).exists() for r in errors)
     assert took < 15 and not result.timed_out
     assert result.summary["n_error"] == len([r for r in errors if not r["warmup"]])
 
@@ -193,13 +239,13 @@ def test_wav_bytes_are_what_soundfile_writes(tmp_path):
     pcm = (np.arange(-500, 500) * 37).astype("<i2")
     buf = io.BytesIO()
     sf.write(buf, pcm, 22050, subtype="PCM_16", format="WAV")
-    assert evidence.wav_bytes(pcm.tobytes(), 22050) == buf.getvalue()
-    evidence.write_wav_atomic(tmp_path / "x" / "a.wav", pcm.tobytes(), 22050)
+    assert runs.wav_bytes(pcm.tobytes(), 22050) == buf.getvalue()
+    runs.write_wav_atomic(tmp_path / "x" / "a.wav", pcm.tobytes(), 22050)
     data, sr = sf.read(tmp_path / "x" / "a.wav", dtype="int16")
     assert sr == 22050 and np.array_equal(data, pcm)
     assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["a.wav"]
     with pytest.raises(ValueError):
-        evidence.wav_bytes(b"abc", 8000)
+        runs.wav_bytes(b"abc", 8000)
 
 
 def test_default_workload_shape():
@@ -283,7 +329,7 @@ def test_client_killed_mid_run_leaves_readable_evidence(tmp_path):
     client = subprocess.Popen([sys.executable, "-c", code, endpoint, str(out)])
     try:
         deadline = time.monotonic() + 20
-        while len(evidence.read_records(out)) < 8:
+        while len(runs.read_records(out)) < 8:
             assert client.poll() is None and time.monotonic() < deadline
             time.sleep(0.02)
         client.send_signal(signal.SIGKILL)
@@ -293,11 +339,11 @@ def test_client_killed_mid_run_leaves_readable_evidence(tmp_path):
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-    records = evidence.read_records(out)
+    records = runs.read_records(out)
     assert 8 <= len(records) < 501
     for r in records:
         assert r["status"] == "ok", r
-        data, sr = sf.read(evidence.wav_path(out, r["id"]), dtype="int16")
+        data, sr = sf.read(runs.wav_path(out, r["id"]), dtype="int16")
         assert hashlib.sha256(data.astype("<i2").tobytes()).hexdigest() == r["pcm_sha256"]
     for wav in (out / "wav").glob("*.wav"):  # no half-written file under a final name
         sf.read(wav, dtype="int16")

@@ -14,7 +14,7 @@ import time
 import pytest
 from aiohttp import web
 
-from pytest_s2st.service import evidence
+from pytest_s2st import runs
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.server import serve_app, sse_event
 
@@ -136,7 +136,7 @@ def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None 
 
     result, took = asyncio.run(asyncio.wait_for(main(), bound + 10))
     assert took < bound, f"run took {took:.1f} s"
-    assert evidence.read_records(tmp_path) == result.records
+    assert runs.read_records(tmp_path) == result.records
     return result
 
 
@@ -165,7 +165,7 @@ def test_fault_is_recorded_and_bounded(tmp_path, route, reason, kw):
     for r in result.records:
         assert r["status"] == "error" and reason in r["error"], r["error"]
         assert r["pcm_sha256"] is None and r["audio_seconds"] is None
-        assert not evidence.wav_path(tmp_path, r["id"]).exists()
+        assert not runs.wav_path(tmp_path, r["id"]).exists()
     assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_s2st.service.stats import describe, request_metrics, summarize
+from pytest_s2st.runs import request_metrics
+from pytest_s2st.service.stats import describe, summarize
 
 
 def rec(send, first, done, audio, status="ok", warmup=False):

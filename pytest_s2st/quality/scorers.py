@@ -23,6 +23,7 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 
 from ..errors import S2STError
+from ..runs import load_run
 from .scorefile import Score, Scores, pcm_sha256
 
 ASR_RATE = 16000  # both pocketsphinx's en-US model and Resemblyzer expect 16 kHz
@@ -344,8 +345,6 @@ class Scorer:
     def score_run(self, run_dir: str | Path) -> dict[str, Score]:
         """Every completed request of a run dir, warm-ups included; WAV-less ids are left out
         (the verdict reports them missing)."""
-        from .verdict import load_run
-
         run = load_run(run_dir)
         if run.problem:
             raise S2STError(f"cannot score: {run.problem}")

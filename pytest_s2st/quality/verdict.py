@@ -4,16 +4,16 @@ INCONCLUSIVE: evidence missing or unbound (record, WAV or score missing for an i
 recorded, warm-ups included; a hash that does not bind score -> WAV -> record; another scorer;
 a metric a threshold needs is unavailable; no baseline; policy fingerprint differs between runs).
 FAIL: evidence complete and a frozen threshold crossed. PASS: otherwise; only then a speedup.
-Everything here reads finished files: no model runs, no clock is read, nothing is timed.
+Everything here reads finished files (through ``pytest_s2st.runs``): no model runs, no clock is read,
+nothing is timed.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import S2STError
+from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
 from .policy import Policy
 from .scorefile import SIDES, Scores, pcm_sha256
 
@@ -59,68 +59,6 @@ def _f(value: Any) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-@dataclass
-class Run:
-    """One run dir: request records by id, the summary, and where each WAV is."""
-
-    path: Path
-    records: dict[str, dict]
-    summary: dict[str, Any]
-    problem: str | None = None  # why this run cannot be used at all
-
-    def wav(self, rid: str) -> Path:
-        rel = self.records.get(rid, {}).get("wav")
-        return self.path / rel if isinstance(rel, str) and rel else self.path / "wav" / f"{rid}.wav"
-
-    def saved_policy(self) -> dict | None:
-        """The policy saved with the run: summary["policy"], or the same one on every concurrency level."""
-        if isinstance(self.summary.get("policy"), dict):
-            return self.summary["policy"]
-        levels = self.summary.get("by_concurrency")
-        found = [lv.get("policy") for lv in levels.values() if isinstance(lv, dict)] if isinstance(levels, dict) else []
-        found = [p for p in found if isinstance(p, dict)]
-        return found[0] if found else None
-
-
-def read_records(path: Path) -> list[dict]:
-    """requests.jsonl; a truncated last line (writer killed mid-write) is dropped, corruption elsewhere raises."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            if not isinstance(rec, dict) or not isinstance(rec.get("id"), str):
-                raise ValueError("not a JSON object with a string 'id'")
-        except ValueError as exc:
-            if n == len(lines) and not text.endswith("\n"):
-                break
-            raise S2STError(f"{path}:{n}: unreadable request record ({exc})") from None
-        out.append(rec)
-    return out
-
-
-def load_run(path: str | Path) -> Run:
-    path = Path(path)
-    req = path / "requests.jsonl"
-    if not path.is_dir():
-        return Run(path, {}, {}, f"{path} is not a directory")
-    if not req.exists():
-        return Run(path, {}, {}, f"{req} is missing")
-    records = {r["id"]: r for r in read_records(req)}  # a retried id: the last record is the one kept
-    summary: dict[str, Any] = {}
-    if (path / "summary.json").exists():
-        try:
-            summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise S2STError(f"{path / 'summary.json'}: not valid JSON ({exc})") from None
-    if not records:
-        return Run(path, {}, summary, f"{req} holds no request records")
-    return Run(path, records, summary)
-
-
 def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | None:
     """(pcm_sha256, seconds) of the id's WAV, or None when there is no file."""
     wav = run.wav(rid)
@@ -133,14 +71,6 @@ def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | None:
             info = sf.info(str(wav))
             cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
     return cache[wav]
-
-
-def _timing(rec: dict) -> dict[str, float | None]:
-    send, first, done, secs = (rec.get(k) for k in ("send_t", "first_audio_t", "done_t", "audio_seconds"))
-    num = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    ttfa = rec.get("ttfa_s") if num(rec.get("ttfa_s")) else (first - send if num(first) and num(send) else None)
-    rtf = (done - send) / secs if num(done) and num(send) and num(secs) and secs > 0 else None
-    return {"ttfa_s": ttfa, "rtf": rtf}
 
 
 def _mean(values: list[float]) -> float:
@@ -183,12 +113,26 @@ def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy |
         saved = base.saved_policy()
         if saved is None:
             return Verdict(INCONCLUSIVE, ["no frozen policy: none given and none saved with the baseline run"])
-        policy = Policy.from_mapping(saved, f"{base.path}/summary.json: policy")
+        policy = Policy.from_mapping(saved, f"{base.path}/{SUMMARY}: policy")
     judge = _Judge(policy)
+    _judge_bindings(judge, base, cand, scores)
+    quality, durations = _judge_ids(judge, base, cand, scores)
+    _judge_quality(judge, quality, durations)
+    speedup = _judge_timing(judge, base, cand)
+    if judge.missing:
+        return Verdict(INCONCLUSIVE, judge.missing, judge.metrics)
+    if judge.crossed:
+        return Verdict(FAIL, judge.crossed, judge.metrics)
+    return Verdict(PASS, [], judge.metrics, speedup)
+
+
+def _judge_bindings(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> None:
+    """Both runs saved under the frozen policy; scores from the frozen scorer, present when gated."""
+    policy = judge.policy
     for label, run in (("baseline", base), ("candidate", cand)):
         saved = run.saved_policy()
         if saved is not None:
-            fp = Policy.from_mapping(saved, f"{run.path}/summary.json: policy").fingerprint()
+            fp = Policy.from_mapping(saved, f"{run.path}/{SUMMARY}: policy").fingerprint()
             if fp != policy.fingerprint():
                 judge.missing.append(f"policy fingerprint mismatch: {label} run saved {fp[:12]}, judged under {policy.fingerprint()[:12]}")
 
@@ -199,7 +143,10 @@ def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy |
         judge.missing.append("no quality scores given, and the policy gates error rate / speaker similarity")
     judge.metrics["scorer_id"] = scores.scorer_id if scores is not None else None
 
-    runs = {"baseline": base, "candidate": cand}
+
+def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> tuple[dict, dict[str, float]]:
+    """Every id either side recorded -> (quality: metric -> id -> side -> value, duration change % by id)."""
+    sides = {"baseline": base, "candidate": cand}
     ids = sorted(set(base.records) | set(cand.records))
     judge.metrics["ids"] = len(ids)
     wav_cache: dict = {}
@@ -209,49 +156,56 @@ def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy |
         usable = True
         facts = {}
         for side in SIDES:
-            run = runs[side]
-            rec = run.records.get(rid)
-            if rec is None:
-                judge.missing.append(f"request record {rid} missing from the {side} run")
-                usable = False
-                continue
-            if rec.get("status") != "ok":
-                msg = f"{side} request {rid} failed: {rec.get('error') or rec.get('status')}"
-                (judge.crossed if side == "candidate" else judge.missing).append(msg)
-                usable = False
-                continue
-            wav = _wav_facts(run, rid, wav_cache)
-            if wav is None:
-                judge.missing.append(f"{side} WAV for {rid} missing ({run.wav(rid)})")
-                usable = False
-                continue
-            if rec.get("pcm_sha256") and rec["pcm_sha256"] != wav[0]:
-                judge.missing.append(f"{side} WAV for {rid} does not match its request record's pcm_sha256")
-                usable = False
-                continue
-            facts[side] = wav
-            if scores is None:
-                continue
-            score = scores.side(side).get(rid)
-            if score is None:
-                judge.missing.append(f"no {side} score for {rid}")
-                usable = False
-            elif score.pcm_sha256 != wav[0]:
-                judge.missing.append(f"{side} score for {rid} is bound to pcm_sha256 {score.pcm_sha256[:12]}, "
-                                     f"the WAV is {wav[0][:12]}")
-                usable = False
-            else:
-                for name in quality:
-                    value = getattr(score, name)
-                    limit_key = "max_error_rate_increase" if name == "error_rate" else "max_speaker_drop"
-                    if value is None:
-                        if getattr(policy, limit_key) is not None:
-                            judge.missing.append(f"{name} unavailable for {side} {rid}: {score.reason(name) or 'no reason given'}")
-                    else:
-                        quality[name].setdefault(rid, {})[side] = value
+            wav, ok = _judge_side(judge, sides[side], side, rid, scores, wav_cache, quality)
+            usable = usable and ok
+            if wav is not None:
+                facts[side] = wav
         if usable and len(facts) == 2 and facts["baseline"][1] > 0:
             durations[rid] = (facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0
+    return quality, durations
 
+
+def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | None, wav_cache: dict,
+                quality: dict) -> tuple[tuple[str, float] | None, bool]:
+    """One id on one side: record, WAV, hash binding, score -> (WAV facts, usable)."""
+    rec = run.records.get(rid)
+    if rec is None:
+        judge.missing.append(f"request record {rid} missing from the {side} run")
+        return None, False
+    if rec.get("status") != "ok":
+        msg = f"{side} request {rid} failed: {rec.get('error') or rec.get('status')}"
+        (judge.crossed if side == "candidate" else judge.missing).append(msg)
+        return None, False
+    wav = _wav_facts(run, rid, wav_cache)
+    if wav is None:
+        judge.missing.append(f"{side} WAV for {rid} missing ({run.wav(rid)})")
+        return None, False
+    if rec.get("pcm_sha256") and rec["pcm_sha256"] != wav[0]:
+        judge.missing.append(f"{side} WAV for {rid} does not match its request record's pcm_sha256")
+        return None, False
+    if scores is None:
+        return wav, True
+    score = scores.side(side).get(rid)
+    if score is None:
+        judge.missing.append(f"no {side} score for {rid}")
+        return wav, False
+    if score.pcm_sha256 != wav[0]:
+        judge.missing.append(f"{side} score for {rid} is bound to pcm_sha256 {score.pcm_sha256[:12]}, "
+                             f"the WAV is {wav[0][:12]}")
+        return wav, False
+    for name in quality:
+        value = getattr(score, name)
+        limit_key = "max_error_rate_increase" if name == "error_rate" else "max_speaker_drop"
+        if value is None:
+            if getattr(judge.policy, limit_key) is not None:
+                judge.missing.append(f"{name} unavailable for {side} {rid}: {score.reason(name) or 'no reason given'}")
+        else:
+            quality[name].setdefault(rid, {})[side] = value
+    return wav, True
+
+
+def _judge_quality(judge: _Judge, quality: dict, durations: dict[str, float]) -> None:
+    policy = judge.policy
     for name, limit, sign in (("error_rate", policy.max_error_rate_increase, 1.0),
                               ("speaker_similarity", policy.max_speaker_drop, -1.0)):
         pairs = {rid: v for rid, v in quality[name].items() if len(v) == 2}
@@ -269,13 +223,6 @@ def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy |
     judge.gate_deltas("duration change", {k: abs(v) for k, v in durations.items()}, policy.max_duration_change_pct,
                       "{:.1f}", "%")
 
-    speedup = _judge_timing(judge, base, cand)
-    if judge.missing:
-        return Verdict(INCONCLUSIVE, judge.missing, judge.metrics)
-    if judge.crossed:
-        return Verdict(FAIL, judge.crossed, judge.metrics)
-    return Verdict(PASS, [], judge.metrics, speedup)
-
 
 def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | None:
     """Per concurrency level, measured requests only (warm-ups excluded): mean TTFA and mean RTF."""
@@ -289,8 +236,8 @@ def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | Non
         for rid, rec in run.records.items():
             if rec.get("warmup") or rec.get("status") != "ok":
                 continue
-            level = f"c{rec.get('concurrency')}"
-            t = _timing(rec)
+            level = level_name(rec.get("concurrency"))
+            t = request_metrics(rec)
             for name in ("ttfa_s", "rtf"):
                 slot = levels.setdefault(level, {}).setdefault(name, {"baseline": [], "candidate": []})
                 if t[name] is None:
@@ -324,4 +271,4 @@ def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | Non
     return speedup or None
 
 
-__all__ = ["Verdict", "assess", "load_run", "PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES"]
+__all__ = ["Verdict", "assess", "PASS", "FAIL", "INCONCLUSIVE", "EXIT_CODES"]

@@ -1,9 +1,7 @@
-"""Reference HTTP/SSE speech service and its load generator (pytest-free core).
+"""Reference HTTP/SSE speech service, its load generator and the service bench (pytest-free core).
 
-aiohttp serves and drives both sides: one asyncio stack gives a streaming SSE server, a streaming
-client with per-read timeouts, and in-process misbehaving servers for fault tests, without a web framework.
-
-Modules: ``server`` (make_app / run_server / synthesizers), ``client`` (run_load), ``workload``
-(load_workload), ``stats`` (summarize), ``evidence`` (run-directory layout and readers).
-Import the submodules directly; this package imports nothing heavy.
+Modules: ``bench`` (reference-server lifecycle, run one level, judge one level), ``server``
+(make_app / run_server / synthesizers), ``client`` (run_load; its HTTP/1.1 client in ``http1``),
+``workload`` (load_workload), ``stats`` (summarize). The run directory they write and read is
+``pytest_s2st.runs``. Import the submodules directly; this package imports nothing heavy.
 """

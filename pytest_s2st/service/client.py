@@ -8,7 +8,8 @@ bounded, and so is each whole request. aiohttp fetches the untimed GET /identity
 ``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
 out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (written
 first, under a temp name). One writer thread does that file work and the PCM hashing, in order, off
-the event loop that stamps chunk arrivals; run_load returns once it has written everything. Any failure
+the event loop that stamps chunk arrivals; run_load returns once it has written everything, last its
+level's entry in out_dir/summary.json (the caller's ``extra`` merged in; nobody else writes it). Any failure
 (connection refused, HTTP error, busy, broken or malformed stream, stall, killed server, run deadline)
 is that request's status "error" with a reason; the others go on; the run ends within its bound.
 
@@ -37,8 +38,9 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
+from .. import runs
 from ..errors import S2STError
-from . import evidence, http1
+from . import http1
 from .server import SPEECH_PATH
 from .stats import summarize
 
@@ -143,14 +145,14 @@ class _Run:
         Off the event loop, so that none of it delays the TTFA stamps of the other streams."""
         if pcm is not None:
             digest = hashlib.sha256(pcm).hexdigest()
-            path = evidence.wav_path(self.out_dir, record["id"])
+            path = runs.wav_path(self.out_dir, record["id"])
             if record["server_done"].get("pcm_sha256") not in (None, digest):
                 record.update(status="error", audio_seconds=None,
                               error="pcm_sha256 in the done event does not match the received PCM")
             else:
                 try:
-                    evidence.write_bytes_atomic(path, evidence.wav_bytes(pcm, record["sample_rate"]))
-                    record.update(pcm_sha256=digest, wav=f"{evidence.WAV_DIR}/{path.name}")
+                    runs.write_bytes_atomic(path, runs.wav_bytes(pcm, record["sample_rate"]))
+                    record.update(pcm_sha256=digest, wav=f"{runs.WAV_DIR}/{path.name}")
                 except Exception as exc:  # no WAV, no "ok": the evidence would be incomplete
                     record.update(status="error", audio_seconds=None, error=f"could not write {path}: {exc}")
         # the file stays open for the run; a flush per record gives the same durability as reopening
@@ -162,7 +164,7 @@ class _Run:
 
     def new_record(self, item: dict, index: int, warmup: bool) -> dict:
         record: dict[str, Any] = {
-            "id": evidence.request_id(self.concurrency, index, warmup),
+            "id": runs.request_id(self.concurrency, index, warmup),
             "concurrency": self.concurrency,
             "index": index,
             "warmup": warmup,
@@ -326,6 +328,26 @@ class _Run:
         # the hash is checked, and the WAV written, by the writer thread (_persist)
         record.update(status="ok", audio_seconds=samples / record["sample_rate"])
 
+    async def measure(self, workload: list[dict], warmups: int, count: int,
+                      deadline: float | None) -> tuple[bool, float, float]:
+        """Warm-ups, then the measured phase: (timed_out, warm-up wall s since t0, measured wall s)."""
+        with open(self.out_dir / runs.REQUESTS, "a", encoding="utf-8") as fh:
+            self._fh = fh
+            try:
+                timed_out = await self.phase(workload, warmups, True, deadline)
+                # the warm-ups' evidence is on disk before the clock starts: its writing does not
+                # compete with the measured phase's first requests
+                await asyncio.wrap_future(self._io.submit(lambda: None))
+                warmup_wall = time.perf_counter() - self.t0
+                t_measured = time.perf_counter()
+                timed_out = await self.phase(workload, count, False, deadline) or timed_out
+                wall = time.perf_counter() - t_measured
+            finally:
+                for slot in self.slots:
+                    slot.drop()
+                await asyncio.to_thread(self.close)  # every queued record and WAV is on disk
+        return timed_out, warmup_wall, wall
+
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
         """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short."""
         if count <= 0:
@@ -367,13 +389,13 @@ class _Run:
 
 
 def _check_out_dir(out_dir: Path, concurrency: int) -> None:
-    path = out_dir / evidence.REQUESTS
+    path = out_dir / runs.REQUESTS
     if path.exists() and path.stat().st_size:
         with open(path, "rb") as fh:
             fh.seek(-1, 2)
             if fh.read(1) != b"\n":
                 raise S2STError(f"{path}: ends with a truncated record (a killed run); use a new out_dir")
-        if any(r.get("concurrency") == concurrency for r in evidence.read_records(out_dir)):
+        if any(r.get("concurrency") == concurrency for r in runs.read_records(out_dir)):
             raise S2STError(f"{path}: already holds records for concurrency {concurrency}; use a new out_dir")
 
 
@@ -385,6 +407,24 @@ async def fetch_identity(session: aiohttp.ClientSession, url: URL, timeout_s: fl
             return await resp.json(), None
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
         return None, f"GET /identity: {type(exc).__name__}: {exc}"
+
+
+# the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
+_LEVEL_KEYS = ("concurrency", "summary", "wall_s", "warmup_wall_s", "warmups", "requests", "timeout_s",
+               "read_timeout_s", "total_timeout_s", "timed_out", "started_wall", "t0_perf", "identity_error")
+
+
+def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: int | None, timeout_s: float,
+                total_timeout_s: float | None, extra: dict | None) -> None:
+    if not workload:
+        raise S2STError("workload: no items")
+    if concurrency < 1 or warmups < 0 or (requests is not None and requests < 0):
+        raise S2STError(f"concurrency={concurrency}, warmups={warmups}, requests={requests}: out of range")
+    if timeout_s <= 0 or (total_timeout_s is not None and total_timeout_s <= 0):
+        raise S2STError(f"timeout_s={timeout_s}, total_timeout_s={total_timeout_s}: must be positive")
+    clash = sorted(set(extra or {}) & set(_LEVEL_KEYS))
+    if clash:
+        raise S2STError(f"run_load extra: {', '.join(clash)} are written by the load generator itself")
 
 
 async def run_load(
@@ -399,21 +439,19 @@ async def run_load(
     requests: int | None = None,
     read_timeout_s: float | None = None,
     targets: dict | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> LoadResult:
     """Warm-ups, then ``requests`` (default: one pass over the workload) measured requests.
 
     ``timeout_s`` bounds each whole request; ``read_timeout_s`` (default timeout_s) bounds each
     read (a stall); ``total_timeout_s`` bounds the whole run, cancelled requests recorded as errors.
+    ``extra`` (e.g. {"policy": ..., "policy_fingerprint": ...}) is merged into this level's entry of
+    summary.json, which run_load alone writes, once.
     """
-    if not workload:
-        raise S2STError("workload: no items")
-    if concurrency < 1 or warmups < 0 or (requests is not None and requests < 0):
-        raise S2STError(f"concurrency={concurrency}, warmups={warmups}, requests={requests}: out of range")
-    if timeout_s <= 0 or (total_timeout_s is not None and total_timeout_s <= 0):
-        raise S2STError(f"timeout_s={timeout_s}, total_timeout_s={total_timeout_s}: must be positive")
+    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, extra)
     url = speech_url(endpoint)
     out_dir = Path(out_dir)
-    (out_dir / evidence.WAV_DIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / runs.WAV_DIR).mkdir(parents=True, exist_ok=True)
     _check_out_dir(out_dir, concurrency)
     count = len(workload) if requests is None else requests
     read_timeout_s = timeout_s if read_timeout_s is None else read_timeout_s
@@ -423,29 +461,16 @@ async def run_load(
     run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0)
     async with aiohttp.ClientSession() as session:  # untimed: the server's identity only
         identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
-    with open(out_dir / evidence.REQUESTS, "a", encoding="utf-8") as fh:
-        run._fh = fh
-        try:
-            timed_out = await run.phase(workload, warmups, True, deadline)
-            # the warm-ups' evidence is on disk before the clock starts: its writing does not
-            # compete with the measured phase's first requests
-            await asyncio.wrap_future(run._io.submit(lambda: None))
-            warmup_wall = time.perf_counter() - t0
-            t_measured = time.perf_counter()
-            timed_out = await run.phase(workload, count, False, deadline) or timed_out
-            wall = time.perf_counter() - t_measured
-        finally:
-            for slot in run.slots:
-                slot.drop()
-            await asyncio.to_thread(run.close)  # every queued record and WAV is on disk
+    timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
 
     summary = summarize(run.records, wall, targets)
-    extra = {
+    level = {
         "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
         "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,
         "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0, "identity_error": identity_error,
+        **(extra or {}),
     }
-    evidence.write_summary(out_dir, summary, concurrency=concurrency, endpoint=str(url), identity=identity, extra=extra)
+    runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=str(url), identity=identity, extra=level)
     return LoadResult(
         endpoint=str(url), concurrency=concurrency, out_dir=out_dir, records=run.records, wall_s=wall,
         warmup_wall_s=warmup_wall, summary=summary, identity=identity, t0_perf=t0, started_wall=started_wall,

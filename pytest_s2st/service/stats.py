@@ -1,6 +1,7 @@
 """Service metrics from request records (DESIGN.md: ttfa_s, rtf, throughput).
 
-Per measured (non-warm-up) request with status "ok":
+Per measured (non-warm-up) request with status "ok", by ``runs.request_metrics`` (the one definition,
+shared with the quality gate):
     ttfa_s    = first_audio_t - send_t   (request sent -> first SSE event with a non-empty PCM sample; queueing included)
     latency_s = done_t - send_t
     rtf       = latency_s / audio_seconds  (mean over requests is the seed's RTF)
@@ -19,6 +20,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import numpy as np
+
+from ..runs import request_metrics
 
 PERCENTILE_METHOD = "linear (numpy default; Hyndman-Fan type 7: rank (n-1)*p/100, interpolated)"
 _TARGETS = ("ttfa_s", "rtf")
@@ -40,17 +43,6 @@ def describe(values: Iterable[float]) -> dict[str, float | int | None]:
         return {"n": 0, "mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(data, [50, 90, 99], method="linear")
     return {"n": int(data.size), "mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
-
-
-def request_metrics(record: dict) -> dict[str, float | None]:
-    """ttfa_s / latency_s / rtf of one record; None where the record lacks the evidence."""
-    ok = record.get("status") == "ok"
-    send, first, done = record.get("send_t"), record.get("first_audio_t"), record.get("done_t")
-    audio = record.get("audio_seconds")
-    ttfa = first - send if ok and send is not None and first is not None else None
-    latency = done - send if ok and send is not None and done is not None else None
-    rtf = latency / audio if latency is not None and audio else None
-    return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
 
 
 def summarize(records: list[dict], wall_s: float, targets: dict | None = None) -> dict[str, Any]:

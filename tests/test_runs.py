@@ -1,0 +1,129 @@
+"""pytest_s2st.runs: names, the one records reader, load_run and the one per-request metrics definition."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_s2st import runs
+from pytest_s2st.errors import S2STError
+
+
+def test_names_and_layout(tmp_path):
+    assert (runs.REQUESTS, runs.WAV_DIR, runs.SUMMARY) == ("requests.jsonl", "wav", "summary.json")
+    assert runs.level_name(4) == "c4"
+    assert runs.request_id(4, 7, warmup=False) == "c4-r7"
+    assert runs.request_id(1, 0, warmup=True) == "c1-w0"
+    assert runs.level_dir(tmp_path, "case-a", 8) == tmp_path / "case-a" / "c8"
+    assert runs.level_dir(str(tmp_path), "case-a", 1) == tmp_path / "case-a" / "c1"
+    assert runs.wav_path(tmp_path, "c4-r7") == tmp_path / "wav" / "c4-r7.wav"
+    for bad in ("../escape", "", ".hidden", "a/b", None):
+        with pytest.raises(S2STError, match="not a safe file name"):
+            runs.wav_path(tmp_path, bad)
+
+
+def _write(out: Path, text: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / runs.REQUESTS).write_text(text, encoding="utf-8")
+    return out
+
+
+def test_read_records_drops_only_a_truncated_last_line(tmp_path):
+    good = [{"id": "c1-r0", "status": "ok"}, {"id": "c1-r1", "status": "error"}]
+    for r in good:
+        runs.append_record(tmp_path, r)
+    assert runs.read_records(tmp_path) == good
+    with open(tmp_path / runs.REQUESTS, "a") as fh:
+        fh.write('{"id": "c1-r2", "sta')  # killed mid-write
+    assert runs.read_records(tmp_path) == good
+    # a complete last object without its newline, but lacking an id, is also an unfinished record
+    _write(tmp_path, '{"id": "c1-r0"}\n{"status": "ok"}')
+    assert runs.read_records(tmp_path) == [{"id": "c1-r0"}]
+    assert runs.read_records(tmp_path / "nothing") == []
+    _write(tmp_path, '{"id": "c1-r0"}\n\n{"id": "c1-r1"}\n')  # blank lines are not records
+    assert [r["id"] for r in runs.read_records(tmp_path)] == ["c1-r0", "c1-r1"]
+
+
+@pytest.mark.parametrize("middle, why", [
+    ("{broken", "unreadable request record"),
+    ('{"status": "ok"}', "string 'id'"),
+    ('{"id": 3, "status": "ok"}', "string 'id'"),
+    ('["c1-r1"]', "string 'id'"),
+])
+def test_read_records_corrupt_middle_line_names_file_and_line(tmp_path, middle, why):
+    _write(tmp_path, '{"id": "c1-r0"}\n' + middle + '\n{"id": "c1-r2"}\n')
+    with pytest.raises(S2STError, match=r"requests\.jsonl:2: unreadable request record") as e:
+        runs.read_records(tmp_path)
+    assert why in str(e.value) and "\n" not in str(e.value)
+    # a corrupt line that ends the file but has its newline was finished: still corruption
+    _write(tmp_path, '{"id": "c1-r0"}\n' + middle + '\n')
+    with pytest.raises(S2STError, match=r"requests\.jsonl:2"):
+        runs.read_records(tmp_path)
+
+
+def test_write_and_read_summary_merge_levels(tmp_path):
+    assert runs.read_summary(tmp_path) == {}
+    runs.write_summary(tmp_path, {"n": 1}, concurrency=1, endpoint="http://h/v1", identity={"a": 1}, extra={"x": 1})
+    runs.write_summary(tmp_path, {"n": 2}, concurrency=4, endpoint="http://h/v1", identity={"a": 1})
+    data = runs.read_summary(tmp_path)
+    assert data["by_concurrency"]["1"] == {"concurrency": 1, "summary": {"n": 1}, "x": 1}
+    assert data["by_concurrency"]["4"] == {"concurrency": 4, "summary": {"n": 2}}
+    with pytest.raises(S2STError, match="holds runs against http://h/v1"):
+        runs.write_summary(tmp_path, {}, concurrency=2, endpoint="http://other/v1", identity=None)
+    (tmp_path / runs.SUMMARY).write_text("[1]")
+    with pytest.raises(S2STError, match="unreadable summary"):
+        runs.read_summary(tmp_path)
+    (tmp_path / runs.SUMMARY).write_text("{oops")
+    with pytest.raises(S2STError, match="unreadable summary"):
+        runs.read_summary(tmp_path)
+
+
+def test_load_run(tmp_path):
+    assert runs.load_run(tmp_path / "nowhere").problem.endswith("is not a directory")
+    assert runs.load_run(tmp_path).problem.endswith("requests.jsonl is missing")
+    _write(tmp_path, "\n")
+    assert runs.load_run(tmp_path).problem.endswith("holds no request records")
+    _write(tmp_path, '{"id": "c1-r0", "status": "error"}\n{"id": "c1-r0", "status": "ok", "wav": "wav/x.wav"}\n'
+                     '{"id": "c1-r1", "status": "ok"}\n')
+    (tmp_path / runs.SUMMARY).write_text(json.dumps({"by_concurrency": {"1": {"policy": {"p": 1}}}}))
+    run = runs.load_run(tmp_path)
+    assert run.problem is None and run.records["c1-r0"]["status"] == "ok"  # a retried id: the last kept
+    assert run.wav("c1-r0") == tmp_path / "wav" / "x.wav" and run.wav("c1-r1") == tmp_path / "wav" / "c1-r1.wav"
+    assert run.saved_policy() == {"p": 1}
+
+
+def rec(**kw):
+    return {"id": "c1-r0", "status": "ok", "send_t": 1.0, "first_audio_t": 1.25, "done_t": 2.0,
+            "audio_seconds": 3.0, **kw}
+
+
+def test_request_metrics_by_hand():
+    m = runs.request_metrics(rec())
+    assert m == {"ttfa_s": 0.25, "latency_s": 1.0, "rtf": pytest.approx(1 / 3)}
+    assert runs.request_metrics(rec(status="error", error="HTTP 500")) == {"ttfa_s": None, "latency_s": None, "rtf": None}
+    assert runs.request_metrics(rec(status=None)) == {"ttfa_s": None, "latency_s": None, "rtf": None}
+    no_audio = rec()
+    del no_audio["audio_seconds"]
+    assert runs.request_metrics(no_audio) == {"ttfa_s": 0.25, "latency_s": 1.0, "rtf": None}
+    assert runs.request_metrics(rec(audio_seconds=0.0))["rtf"] is None
+    assert runs.request_metrics(rec(audio_seconds=-1.0))["rtf"] is None
+
+
+def test_request_metrics_prefers_own_ttfa_and_refuses_non_numbers():
+    assert runs.request_metrics(rec(ttfa_s=0.1))["ttfa_s"] == 0.1  # the record's own TTFA wins
+    assert runs.request_metrics(rec(ttfa_s=True))["ttfa_s"] == 0.25  # a bool is no number: computed
+    assert runs.request_metrics(rec(first_audio_t=True))["ttfa_s"] is None
+    assert runs.request_metrics(rec(send_t="1.0")) == {"ttfa_s": None, "latency_s": None, "rtf": None}
+    assert runs.request_metrics(rec(done_t=None)) == {"ttfa_s": 0.25, "latency_s": None, "rtf": None}
+    assert runs.request_metrics(rec(audio_seconds=True))["rtf"] is None
+
+
+def test_runs_imports_nothing_heavy():
+    code = ("import sys, pytest_s2st.runs; "
+            "print(sorted(m for m in ('pytest', 'torch', 'aiohttp', 'numpy', 'soundfile') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout
+    assert out.strip() == "[]"
