@@ -60,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # validate every global setting now, so a bad ini value is a usage error before any test runs
         compare_fail = state.option("compare_fail")
         state.option("strict")
+        state.check_evidence_dir()
         if config.getoption("s2st_config"):
             state.load_cases()  # a bad config is a usage error before collection
     except S2STError as exc:
@@ -308,8 +309,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.finish(session)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    state = config.stash.get(SESSION_KEY, None)
-    if state is not None:
-        state.display(terminalreporter)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config):
+    # after every other summary, and even when one raised: pytest-benchmark's --benchmark-compare-fail
+    # raises PerformanceRegression from its summary, which would otherwise hide our tables and regressions
+    try:
+        yield
+    finally:
+        state = config.stash.get(SESSION_KEY, None)
+        if state is not None:
+            state.display(terminalreporter)

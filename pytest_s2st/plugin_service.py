@@ -107,7 +107,10 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
         benchmark.pedantic(fn, rounds=1, iterations=1, warmup_rounds=0)
 
     def run(service: Service, workload: list[dict], concurrency: int):
-        root = state.evidence_root()
+        try:
+            root = state.evidence_root()
+        except S2STError as exc:
+            fail(exc)
         cand_dir = level_dir(root, case_id, concurrency)
         baseline_data = None
         try:

@@ -57,6 +57,25 @@ class S2STSession:
 
         return resolve_settings({}, self.explicit, self.ini, lambda key: key)[name]
 
+    def source(self, name: str) -> str:
+        """Where a session-wide setting's value came from, for error lines: flag, ini key or default."""
+        from .settings import BY_NAME
+
+        setting = BY_NAME[name]
+        if name in self.explicit:
+            return setting.flag
+        if self.ini(setting.ini) not in (None, "", []):
+            return f"ini {setting.ini}"
+        return f"{setting.flag} (default)"
+
+    def check_evidence_dir(self) -> None:
+        """An evidence dir that exists but is not a folder is a usage error before any test runs."""
+        base = Path(self.option("evidence_dir"))
+        if not base.is_absolute():
+            base = self.config.rootpath / base
+        if base.exists() and not base.is_dir():
+            raise S2STError(f"{self.source('evidence_dir')}: {base} is not a directory")
+
     def config_paths(self) -> list[Any]:
         paths = self.config.getoption("s2st_config") or self.ini("s2st_config")
         if not paths:
@@ -104,12 +123,13 @@ class S2STSession:
             base = Path(self.option("evidence_dir"))
             if not base.is_absolute():
                 base = self.config.rootpath / base
+            stamp = time.strftime("%Y%m%d-%H%M%S")
             try:
                 base.mkdir(parents=True, exist_ok=True)
+                self._evidence_root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=base))
             except OSError as exc:
-                raise pytest.UsageError(f"--s2st-evidence-dir {base}: cannot create it: {exc.strerror or exc}") from None
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            self._evidence_root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=base))
+                raise S2STError(f"{self.source('evidence_dir')}: {base}: cannot create a run folder there: "
+                                f"{exc.strerror or exc}") from None
         return self._evidence_root
 
     def record_verdict(self, item: pytest.Item, report: pytest.TestReport, verdict: Any) -> None:

@@ -179,3 +179,15 @@ def test_model_type_and_dataset_path_flags_override_the_config(pytester):
     assert json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["samples"] == 3
     bad = run_usage(pytester, f"--s2st-config={cfg}", "--s2st-model-type=S2X")
     assert_one_clear_line(bad, "unknown model_type 'S2X'")
+
+
+@pytest.mark.parametrize("how", ["flag", "ini"])
+def test_evidence_dir_that_is_a_file_names_where_it_came_from(pytester, how):
+    (pytester.path / "taken").write_text("a file, not a folder\n")
+    if how == "ini":
+        pytester.makeini("[pytest]\ns2st_evidence_dir = taken\n")
+        result = run_usage(pytester)
+        assert_one_clear_line(result, "ini s2st_evidence_dir", "taken is not a directory")
+    else:
+        result = run_usage(pytester, "--s2st-evidence-dir", str(pytester.path / "taken"))
+        assert_one_clear_line(result, "--s2st-evidence-dir", "taken is not a directory")

@@ -248,3 +248,37 @@ def test_own_dataset(s2st_pipeline, s2st_dataset, s2st_benchmark):
 ''')
     result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-dataset-size=2")
     result.assert_outcomes(passed=2)
+
+
+SLEEPY_PY = '''
+import os, time
+
+def build_sleepy():
+    delay = float(os.environ["S2ST_TEST_DELAY"])
+    def forward(sample):
+        time.sleep(delay)
+        return 0.0
+    return forward
+'''
+
+
+def test_pytest_benchmarks_compare_fail_does_not_hide_ours(pytester, monkeypatch):
+    """pytest-benchmark raises from its terminal summary on --benchmark-compare-fail: our tables and
+    our regression list still print, and the session still fails."""
+    (pytester.path / "sleepy.py").write_text(SLEEPY_PY)
+    cfg = write_case(pytester.path, "sleepy", ["build_numpy"])
+    cfg.write_text(cfg.read_text().replace("models.py:build_numpy", "sleepy.py:build_sleepy"))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    monkeypatch.setenv("S2ST_TEST_DELAY", "0.001")
+    first = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-autosave")
+    first.assert_outcomes(passed=1)
+    monkeypatch.setenv("S2ST_TEST_DELAY", "0.02")
+    second = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-compare",
+                                           "--benchmark-compare-fail=mean:5%", "--s2st-compare-fail=runtime_s:5%")
+    assert second.ret != 0
+    second.stdout.fnmatch_lines([
+        "*s2st: runtime per sample, peak memory, FLOPs*",
+        "*s2st: compared with the saved run (then -> now)*",
+        "*s2st regressions (--s2st-compare-fail)*",
+        "*runtime_s regressed*",
+    ])
