@@ -178,12 +178,13 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
     from .dump import dump_waveforms
+    from .runs import safe_name
 
     general = case.config.general if case else {}
     speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
     if speech:
         try:
-            dump_waveforms(speech, Path(dump_dir) / measurement.case_id,
+            dump_waveforms(speech, Path(dump_dir) / safe_name(measurement.case_id),
                            str(general.get("dump_waveform_file_prefix", "")), general.get("target_sr"))
         except S2STError as exc:
             fail(exc)

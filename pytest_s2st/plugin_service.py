@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from .errors import S2STError
+from .runs import level_dir, safe_name
 from .service.bench import Service, start_reference_server, stop_service
 from .session import fail, session_of
 
@@ -25,7 +26,7 @@ def s2st_service(request: pytest.FixtureRequest, s2st_case, tmp_path_factory):
     if endpoint:
         yield Service(endpoint, None)
         return
-    workdir = tmp_path_factory.mktemp(f"server-{s2st_case.case_id}")
+    workdir = tmp_path_factory.mktemp(f"server-{safe_name(s2st_case.case_id)}")
     try:
         service = start_reference_server(s2st_case, workdir)
     except S2STError as exc:
@@ -51,7 +52,7 @@ def _baseline_service(request: pytest.FixtureRequest, config_path: str) -> tuple
     state = session_of(request.config)
     if config_path not in state.baselines:
         case = state.load_extra_case(config_path)
-        workdir = Path(tempfile.mkdtemp(prefix=f"server-baseline-{case.case_id}-"))
+        workdir = Path(tempfile.mkdtemp(prefix=f"server-baseline-{safe_name(case.case_id)}-"))
         service = start_reference_server(case, workdir)
         request.config.add_cleanup(lambda: stop_service(service))
         state.baselines[config_path] = (case, service)
@@ -71,17 +72,22 @@ def _gate_policy(request: pytest.FixtureRequest, case: Any) -> Any:
         fail(exc)
 
 
+def _test_name(request: pytest.FixtureRequest) -> str:
+    """The test function's name without parameters: several service tests of one case and level
+    each get their own run directory."""
+    return getattr(request.node, "originalname", None) or request.node.name
+
+
 def _baseline_dir(request: pytest.FixtureRequest, case_id: str, concurrency: int, paired: dict | None) -> Path | None:
     """Where the gate's baseline evidence is: the paired run, --s2st-baseline, or the compared run's."""
     from .benchmark_compat import compared_mapping
     from .gate import baseline_from_compare
-    from .runs import level_dir
 
     state = session_of(request.config)
     if paired is not None:
         return Path(paired["evidence_dir"])
     if state.option("baseline"):
-        return level_dir(state.option("baseline"), case_id, concurrency)
+        return level_dir(state.option("baseline"), case_id, concurrency, _test_name(request))
     return baseline_from_compare(compared_mapping(request.config), request.node.nodeid)
 
 
@@ -92,7 +98,6 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
     With a quality policy (config ``quality:`` / ``@pytest.mark.s2st_gate``) the run is the candidate,
     judged against its baseline after the load (scoring never runs inside the timed region).
     """
-    from .runs import level_dir
     from .service.bench import judge_level, paired_order, run_level, run_paired
 
     state = session_of(request.config)
@@ -111,12 +116,12 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
             root = state.evidence_root()
         except S2STError as exc:
             fail(exc)
-        cand_dir = level_dir(root, case_id, concurrency)
+        cand_dir = level_dir(root, case_id, concurrency, _test_name(request))
         baseline_data = None
         try:
             if policy is not None and quality.get("baseline"):
                 base_case, base_service = _baseline_service(request, quality["baseline"])
-                base_dir = level_dir(root / case_id, f"baseline-{base_case.case_id}", concurrency)
+                base_dir = level_dir(cand_dir.parent, f"baseline-{base_case.case_id}", concurrency)
                 result, data, baseline_data = run_paired(
                     lambda: run_level(service, workload, concurrency, cand_dir, settings, targets, policy, timed),
                     lambda: run_level(base_service, workload, concurrency, base_dir, base_case.settings, targets,

@@ -15,10 +15,13 @@ Imports only the standard library: the load generator, the gate and the CLI all 
 """
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import json
 import os
 import re
 import struct
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,12 @@ REQUESTS = "requests.jsonl"
 WAV_DIR = "wav"
 SUMMARY = "summary.json"
 
+SPEECH_PATH = "/v1/audio/speech"  # the protocol's default path (= service.server.SPEECH_PATH; a test checks)
+
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_HOSTNAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?")
+_DEFAULT_PORT = {"http": 80, "https": 443}
+_URL_SAFE = "/%!$&'()*+,;=:@-._~?"  # what stays as written in a path or query; the rest is %-escaped
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -42,14 +50,82 @@ def request_id(concurrency: int, index: int, warmup: bool) -> str:
     return f"{level_name(concurrency)}-{'w' if warmup else 'r'}{index}"
 
 
-def level_dir(root: str | Path, case_id: str, concurrency: int) -> Path:
-    return Path(root) / case_id / level_name(concurrency)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+MAX_NAME = 100
+
+
+def safe_name(text: str) -> str:
+    """Any user string (case id, test name, voice) -> ONE path component that stays under its root.
+
+    Kept as is when already safe; otherwise unsafe characters become '_' and a hash of the original
+    is appended, so two different inputs never share a folder ('a/b' and 'a_b' stay apart).
+    """
+    text = str(text)
+    cleaned = _UNSAFE.sub("_", text).strip(".") or "_"
+    if cleaned == text and len(text) <= MAX_NAME:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{cleaned[:MAX_NAME - 11]}-{digest}"
+
+
+def level_dir(root: str | Path, case_id: str, concurrency: int, test: str | None = None) -> Path:
+    """root/<case>[/<test>]/c<N>: each part through safe_name, so user data never leaves root."""
+    parts = [safe_name(case_id)] + ([safe_name(test)] if test is not None else [])
+    return Path(root).joinpath(*parts, level_name(concurrency))
 
 
 def wav_path(out_dir: str | Path, rid: str) -> Path:
     if not isinstance(rid, str) or not _ID.match(rid):
         raise S2STError(f"request id {rid!r}: not a safe file name")
     return Path(out_dir) / WAV_DIR / f"{rid}.wav"
+
+
+def normalize_endpoint(endpoint: Any) -> str:
+    """The one spelling of a speech endpoint, used wherever one is sent to, compared or written:
+    http(s)://host[:port]/path[?query] with lower-case scheme and host, no default port, no fragment,
+    and the protocol's default path (/v1/audio/speech) where none is given. S2STError (one line) otherwise."""
+    def bad(why: str) -> S2STError:
+        return S2STError(f"endpoint {endpoint!r}: {why}; expected http(s)://host:port[/v1/audio/speech]")
+
+    if not isinstance(endpoint, str):
+        raise bad("not a string")
+    try:
+        parts = urllib.parse.urlsplit(endpoint.strip())
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:  # a port out of range or not a number, "Invalid IPv6 URL", ...
+        raise bad("port is not a number in 1-65535" if "port" in str(exc).lower() else str(exc)) from None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORT:
+        raise bad(f"scheme {scheme or '(none)'!r} is not http or https")
+    if parts.username is not None or parts.password is not None:
+        raise bad("credentials in the URL are not sent")
+    if port == 0:
+        raise bad("port is not a number in 1-65535")
+    host = _endpoint_host(host, bad)
+    try:  # a lone surrogate cannot be %-escaped
+        path = urllib.parse.quote(parts.path, safe=_URL_SAFE) if parts.path not in ("", "/") else SPEECH_PATH
+        query = urllib.parse.quote(parts.query, safe=_URL_SAFE)
+    except UnicodeError as exc:
+        raise bad(f"path or query is not text ({exc.reason})") from None
+    netloc = host if port in (None, _DEFAULT_PORT[scheme]) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
+
+
+def _endpoint_host(host: str | None, bad: Any) -> str:
+    if not host:
+        raise bad("no host")
+    if ":" in host:  # urlsplit took it from [brackets]
+        try:
+            return f"[{ipaddress.IPv6Address(host).compressed}]"
+        except ValueError:
+            raise bad(f"host {host!r} is not an IPv6 address") from None
+    try:
+        ascii_host = host.encode("idna").decode("ascii").lower()
+    except UnicodeError:
+        raise bad(f"host {host!r} is not a host name") from None
+    if not _HOSTNAME.fullmatch(ascii_host):
+        raise bad(f"host {host!r} is not a host name")
+    return ascii_host
 
 
 # --- writers ---------------------------------------------------------------------------------
@@ -100,11 +176,14 @@ def write_summary(
     identity: dict | None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Merge this concurrency level's entry into out_dir/summary.json (atomic replace)."""
+    """Merge this concurrency level's entry into out_dir/summary.json (atomic replace); ``endpoint``
+    is saved, and compared with the one saved before, in its normal spelling (normalize_endpoint)."""
     out_dir = Path(out_dir)
+    endpoint = normalize_endpoint(endpoint)
     data = read_summary(out_dir)
-    if data.get("endpoint") not in (None, endpoint):
-        raise S2STError(f"{out_dir / SUMMARY}: holds runs against {data['endpoint']}, not {endpoint}")
+    saved = data.get("endpoint")
+    if saved is not None and _normal_or_same(saved) != endpoint:
+        raise S2STError(f"{out_dir / SUMMARY}: holds runs against {saved}, not {endpoint}")
     data["endpoint"] = endpoint
     data["identity"] = identity
     level = {"concurrency": concurrency, "summary": summary, **(extra or {})}
@@ -114,6 +193,13 @@ def write_summary(
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def _normal_or_same(endpoint: Any) -> Any:
+    try:  # one saved by an older writer may not parse: then it is simply another endpoint
+        return normalize_endpoint(endpoint)
+    except S2STError:
+        return endpoint
 
 
 # --- readers ---------------------------------------------------------------------------------
@@ -221,6 +307,6 @@ def request_metrics(record: dict) -> dict[str, float | None]:
     return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
 
 
-__all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "level_name", "request_id", "level_dir", "wav_path",
+__all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "SPEECH_PATH", "normalize_endpoint", "level_name", "request_id", "level_dir", "wav_path",
            "append_record", "wav_bytes", "write_bytes_atomic", "write_wav_atomic", "write_summary",
            "read_records", "read_summary", "Run", "load_run", "request_metrics"]

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import soundfile as sf
 
@@ -160,3 +161,44 @@ def test_command_line_overrides_reach_the_reference_server(pytester):
     level = json.loads((pytester.path / data["evidence_dir"] / "summary.json").read_text())["by_concurrency"]["1"]
     assert level["wall_s"] > 0 and level["timed_out"] is False and "t0_perf" in level
     assert level["summary"]["n"] == 2
+
+
+def test_service_budgets_judge_the_levels_statistics(pytester):
+    """s2st_budget(<metric>_<stat>=...) on a service benchmark reads that statistic of the level."""
+    cfg = write_tone_case(pytester.path)
+    pytester.makepyfile(test_service='''
+import pytest
+
+@pytest.mark.s2st_budget(ttfa_s_p99=1e-6)
+def test_too_fast_asked(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+
+@pytest.mark.s2st_budget(error_rate=0, rtf_mean=1000, latency_s_p50=1000)
+def test_within(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-v",
+                                           "--s2st-concurrency=1", "--s2st-requests=2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines_random([
+        "*test_too_fast_asked?callable-tone-c1? FAILED*",
+        "*test_within?callable-tone-c1? PASSED*",
+        "*ttfa_s_p99: measured * > budget 1e-06*",
+    ])
+
+
+def test_a_case_name_with_slashes_stays_under_the_evidence_root(pytester, tmp_path):
+    """general.name '../../fast/v2': the reference server starts, every file lands under the root."""
+    cfg = write_tone_case(pytester.path)
+    cfg.write_text(cfg.read_text().replace("name: tone", "name: ../../fast/v2"))
+    pytester.makepyfile(test_service=SERVICE_TEST)
+    root = tmp_path / "deep" / "er" / "ev"
+    before = {p for p in tmp_path.rglob("*")}
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-concurrency=1",
+                                           "--s2st-requests=1", f"--s2st-evidence-dir={root}",
+                                           "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    data = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]
+    assert Path(data["evidence_dir"]).resolve().is_relative_to(root.resolve())
+    outside = {p for p in tmp_path.rglob("*") if not p.resolve().is_relative_to(root.resolve())} - before
+    assert {p for p in outside if p not in root.parents} == set()

@@ -282,3 +282,51 @@ def test_pytest_benchmarks_compare_fail_does_not_hide_ours(pytester, monkeypatch
         "*s2st regressions (--s2st-compare-fail)*",
         "*runtime_s regressed*",
     ])
+
+
+def test_stage_budget_judges_that_stage_not_the_total(pytester):
+    """stage= budgets one stage of a cascade: stage2's FLOPs (2*20*32*8) are far below the total."""
+    cfg = write_case(pytester.path, "two", ["build_linear", "build_second"])
+    stage2, total = 2 * 20 * 32 * 8, 2 * 20 * 80 * 32 + 2 * 20 * 32 * 8
+    pytester.makepyfile(test_budget=f'''
+import pytest
+
+@pytest.mark.s2st_budget(flops={stage2 + 1}, stage="stage2")
+def test_stage_within(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+@pytest.mark.s2st_budget(flops={stage2 + 1})
+def test_total_over(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+@pytest.mark.s2st_budget(flops={stage2 - 1}, stage="stage2")
+def test_stage_over(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+@pytest.mark.s2st_budget(flops=1e12, stage="stage9")
+def test_no_such_stage(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+''')
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "-v")
+    result.assert_outcomes(passed=1, failed=2)  # INCONCLUSIVE is its own outcome
+    result.stdout.fnmatch_lines(["*2 failed, 1 passed, 1 inconclusive*"])
+    result.stdout.fnmatch_lines_random([
+        "*test_stage_within?callable-two? PASSED*",
+        "*test_total_over?callable-two? FAILED*",
+        "*test_stage_over?callable-two? FAILED*",
+        "*test_no_such_stage?callable-two? INCONCLUSIVE*",
+        f"*flops: measured {total} > budget {stage2 + 1}*",
+        f"*flops (stage stage2): measured {stage2} > budget {stage2 - 1}*",
+        "*budget names stage 'stage9', measured stages: stage1, stage2*",
+    ])
+
+
+def test_a_case_name_with_dots_and_slashes_dumps_under_the_dump_dir(pytester):
+    cfg = write_case(pytester.path, "speech", ["build_speech"])
+    cfg.write_text(cfg.read_text().replace("name: speech", "name: ../../../escaped"))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-dump-dir=dumps")
+    result.assert_outcomes(passed=1)
+    wavs = list(pytester.path.rglob("*.wav"))
+    assert wavs and all(w.resolve().is_relative_to((pytester.path / "dumps").resolve()) for w in wavs)
+    assert not (pytester.path.parent / "escaped").exists()

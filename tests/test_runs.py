@@ -127,3 +127,22 @@ def test_runs_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["../up", "/abs/path", "a/b", "..", ".", "", "nul\x00byte", "x" * 500,
+                                  "tab\there", "dé", "\ud800"])
+def test_safe_name_stays_under_its_root(tmp_path, name):
+    from pytest_s2st.runs import safe_name
+
+    part = safe_name(name)
+    assert "/" not in part and "\x00" not in part and part not in (".", "..", "") and len(part) <= 100
+    target = runs.level_dir(tmp_path, name, 2, test=name).resolve()
+    assert target.is_relative_to(tmp_path.resolve()) and target.parent.parent.parent == tmp_path.resolve()
+
+
+def test_safe_name_keeps_safe_names_and_keeps_distinct_names_apart():
+    from pytest_s2st.runs import safe_name
+
+    assert safe_name("TTS-tiny") == "TTS-tiny" and safe_name("callable-demo_1.v2") == "callable-demo_1.v2"
+    names = ["a/b", "a_b", "a:b", "a b", "../a_b", "x" * 200, "x" * 201]
+    assert len({safe_name(n) for n in names}) == len(names)
