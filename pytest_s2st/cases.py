@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from .config import CaseConfig, load_config
 from .errors import S2STError
 from .pipelines.base import known_model_types, serves_speech
-from .settings import SETTINGS
+from .settings import BY_NAME, SETTINGS, CompareLimit
 
 # upstream get_metrics.py names that mean one of our settings
 ALIASES = {"dump_dir": ("dump_speech_waveforms_dir",)}
@@ -40,6 +40,25 @@ class Case:
         type's answer (pipelines.base.SERVES_SPEECH), else general.serves_speech, else yes."""
         return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # a bool: load_config checked it
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: the loaded config and the resolved settings (how the case reaches a server process)."""
+        c = self.config
+        return {
+            "path": str(c.path), "case_id": c.case_id, "model_type": c.model_type,
+            "general": _jsonable(c.general), "stages": _jsonable(c.stages), "quality": _jsonable(c.quality),
+            "lines": dict(c.lines), "settings": settings_to_json(self.settings),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Case":
+        """Inverse of to_dict (settings back to their parsed types); nothing is re-read or re-resolved."""
+        config = CaseConfig(
+            path=Path(d["path"]), case_id=d["case_id"], model_type=d["model_type"], general=dict(d["general"]),
+            stages=[dict(s) for s in d["stages"]], quality=None if d.get("quality") is None else dict(d["quality"]),
+            lines={str(k): int(v) for k, v in d["lines"].items()},
+        )
+        return cls(config, settings_from_json(d["settings"]))
+
     def device(self):
         """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""
         if self._device is None:
@@ -47,6 +66,41 @@ class Case:
 
             self._device = resolve_device(self.settings["device"])
         return self._device
+
+
+def _jsonable(value: Any) -> Any:
+    """Tuples -> lists, recursively; YAML scalars JSON lacks (dates, bytes) and non-string keys -> str."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def settings_to_json(settings: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in settings.items():
+        if name == "compare_fail" and value is not None:  # its text form rounds the limits (:g)
+            out[name] = [{"metric": c.metric, "limit": c.limit, "percent": c.percent} for c in value]
+        else:
+            out[name] = _jsonable(value)
+    return out
+
+
+def settings_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """settings_to_json's inverse: each value through its SETTINGS parser (lists back to tuples)."""
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        setting = BY_NAME.get(name)
+        if value is None or setting is None:
+            out[name] = value
+        elif name == "compare_fail":
+            out[name] = tuple(CompareLimit(c["metric"], float(c["limit"]), bool(c["percent"])) for c in value)
+        else:
+            out[name] = setting.parse(value)
+    return out
 
 
 def resolve_settings(general: Mapping[str, Any], explicit: Mapping[str, Any], ini: Callable[[str], Any],

@@ -5,6 +5,8 @@ The stage merge is the upstream fairseq ``get_metrics.py`` one: stage i is a dee
 reject duplicate keys (upstream's published 3StageS2ST.yaml silently loses a stage), expand
 ``${VAR}`` / ``$VAR`` placeholders from the environment, resolve relative paths against the
 YAML's folder, and let explicit command-line overrides win over ``general`` in every stage.
+Paths are resolved here and nowhere else: the generic keys below, those the model type declares
+(pipelines.base.PATH_KEYS) and the gate's file keys of ``quality:``.
 """
 from __future__ import annotations
 
@@ -19,12 +21,14 @@ from typing import Any
 import yaml
 
 from .errors import S2STError
+from .pipelines.base import path_keys
 
 SECTIONS = ("general", "stage1", "stage2", "stage3", "quality")
 STAGE_SECTIONS = ("stage1", "stage2", "stage3")
 
-# Keys whose string values are file system paths, resolved against the YAML's folder.
-# config_yaml is deliberately absent: fairseq resolves it against `data`.
+# Keys whose string values are file system paths, resolved against the YAML's folder, for every
+# model type; a model type adds its own (pipelines.base.PATH_KEYS). config_yaml is deliberately
+# absent: fairseq resolves it against `data`.
 PATH_KEYS = frozenset({
     "dataset_path", "data", "vocoder", "vocoder_cfg", "dump_speech_waveforms_dir",
     "workload", "model_dir", "anchors",
@@ -33,6 +37,8 @@ PATH_KEYS = frozenset({
 VOCODER_KINDS = frozenset({"griffin_lim", "hifigan", "code_hifigan"})
 ENSEMBLE_PATH_KEY = "path"  # fairseq: several checkpoints joined by ':'
 ENTRY_KEY = "entry"  # "some/file.py:attr" (file part resolved) or "pkg.module:attr" (left alone)
+QUALITY_PATH_KEYS = ("baseline", "anchors", "asr_model_dir")  # gate.PLUGIN_KEYS that name files
+TARGET_KEYS = frozenset({"ttfa_s", "rtf"})
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _ENTRY_FILE = re.compile(r"^(.+\.py):([A-Za-z_][\w.]*)$")
@@ -50,8 +56,17 @@ class CaseConfig:
 
     def where(self, key: str) -> str:
         """'path/x.yaml:7 (general.dataset_size)', or without ':7' when the line is unknown."""
-        line = self.lines.get(key)
-        return f"{self.path}:{line} ({key})" if line else f"{self.path} ({key})"
+        return _where(self.path, self.lines, key)
+
+
+def _where(path: Path, lines: Mapping[str, int], key: str) -> str:
+    line = lines.get(key)
+    return f"{path}:{line} ({key})" if line else f"{path} ({key})"
+
+
+def _at(path: Path, lines: Mapping[str, int], key: str) -> str:
+    line = lines.get(key)
+    return f"{path}:{line}" if line else str(path)
 
 
 class _DuplicateKey(Exception):
@@ -153,22 +168,94 @@ def _resolve_one(p: str, base: Path) -> str:
     return os.path.abspath(os.path.join(base, os.path.expanduser(p)))
 
 
-def _resolve_paths(section: dict[str, Any], base: Path) -> dict[str, Any]:
+def _resolve_paths(section: dict[str, Any], base: Path, keys: frozenset[str]) -> dict[str, Any]:
     out = dict(section)
     for key, value in section.items():
         if not isinstance(value, str) or not value:
             continue
         if key == "vocoder" and value in VOCODER_KINDS:
             continue
-        if key in PATH_KEYS:
-            out[key] = _resolve_one(value, base)
-        elif key == ENSEMBLE_PATH_KEY:
+        if key == ENSEMBLE_PATH_KEY:
             out[key] = value if "://" in value else ":".join(_resolve_one(p, base) for p in value.split(":"))
+        elif key in keys:
+            out[key] = _resolve_one(value, base)
         elif key == ENTRY_KEY:
             m = _ENTRY_FILE.match(value)
             if m:
                 out[key] = f"{_resolve_one(m.group(1), base)}:{m.group(2)}"
     return out
+
+
+def _check_sections(data: Any, path: Path, lines: Mapping[str, int]) -> None:
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else _type_name(data)
+        raise S2STError(f"{path}: top level must be a mapping of {', '.join(SECTIONS)}; got {got}")
+    for key, value in data.items():
+        if key not in SECTIONS:
+            raise S2STError(f"{_at(path, lines, str(key))}: unknown top-level key {key!r}; allowed: {', '.join(SECTIONS)}")
+        if not isinstance(value, dict):
+            raise S2STError(f"{_at(path, lines, key)}: {key} must be a mapping, got {_type_name(value)}")
+    for i, name in enumerate(STAGE_SECTIONS[1:], start=1):
+        if name in data and STAGE_SECTIONS[i - 1] not in data:
+            raise S2STError(
+                f"{_at(path, lines, name)}: {name} given without {STAGE_SECTIONS[i - 1]}; "
+                "stages must be numbered 1, 2, 3 without gaps"
+            )
+
+
+def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, int], known: list[str]) -> str:
+    """Validate what the plugin itself reads from ``general``; return the model type."""
+    model_type = general.get("model_type")
+    if model_type is None:
+        raise S2STError(
+            f"{path}: general.model_type is required (in the YAML or on the command line); known: {', '.join(known)}"
+        )
+    if not isinstance(model_type, str) or model_type not in known:
+        raise S2STError(f"{_at(path, lines, 'general.model_type')}: unknown model_type {model_type!r}; "
+                        f"known: {', '.join(known)}")
+    serves = general.get("serves_speech")
+    if serves is not None and not isinstance(serves, bool):
+        raise S2STError(f"{_at(path, lines, 'general.serves_speech')} (general.serves_speech): "
+                        f"must be true or false, got {serves!r}")
+    targets = general.get("targets")  # goodput: {ttfa_s: x, rtf: y}
+    if targets is not None and (not isinstance(targets, dict) or not set(targets) <= TARGET_KEYS
+                                or not all(_positive_number(v) for v in targets.values())):
+        raise S2STError(f"{_where(path, lines, 'general.targets')}: targets must map ttfa_s and/or rtf to "
+                        f"numbers > 0, got {targets!r}")
+    return model_type
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _resolve_quality(quality: dict[str, Any] | None, base: Path) -> dict[str, Any] | None:
+    """The plugin's path keys of ``quality:``; the rest (the policy) is left as written."""
+    if quality is None:
+        return None
+    out = dict(quality)
+    for key in QUALITY_PATH_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and value and "://" not in value:
+            value = os.path.expanduser(value)
+            out[key] = value if os.path.isabs(value) else os.path.abspath(os.path.join(base, value))
+    return out
+
+
+def _merge_general(data: dict, path: Path, lines: dict[str, int], overrides: Mapping[str, Any] | None,
+                   known: list[str]) -> tuple[str, dict[str, Any]]:
+    """(model_type, general): the YAML's general expanded, overrides on top, paths resolved."""
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    # overridden keys are not expanded: `--dataset-path x` must work with an unset $npy_dataset
+    kept = {k: v for k, v in data.get("general", {}).items() if k not in given}
+    kept = _expand_env(kept, "general", path, lines)
+    for key in given:  # the YAML line no longer describes an overridden value
+        lines.pop(f"general.{key}", None)
+    model_type = _check_general({**kept, **given}, path, lines, known)
+    keys = PATH_KEYS | path_keys(model_type)
+    general = _resolve_paths(kept, path.parent, keys)
+    general.update(_resolve_paths(given, Path.cwd(), keys))
+    return model_type, general
 
 
 def load_config(
@@ -182,56 +269,21 @@ def load_config(
     ``overrides`` are explicit command-line values: they replace ``general`` keys before the
     stage merge, so every stage sees them. ``None`` values mean "not given" and are ignored.
     Their relative paths resolve against the current directory (they were typed there);
-    those in the YAML resolve against the YAML's folder.
+    those in the YAML resolve against the YAML's folder. Path keys are the generic PATH_KEYS
+    plus those the model type declares (pipelines.base.PATH_KEYS).
     """
     path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
     data, lines = _read_yaml(path)
-    base = path.parent
-
-    def at(key: str) -> str:
-        line = lines.get(key)
-        return f"{path}:{line}" if line else str(path)
-
-    if not isinstance(data, dict):
-        got = "an empty file" if data is None else _type_name(data)
-        raise S2STError(f"{path}: top level must be a mapping of {', '.join(SECTIONS)}; got {got}")
-    for key, value in data.items():
-        if key not in SECTIONS:
-            raise S2STError(f"{at(str(key))}: unknown top-level key {key!r}; allowed: {', '.join(SECTIONS)}")
-        if not isinstance(value, dict):
-            raise S2STError(f"{at(key)}: {key} must be a mapping, got {_type_name(value)}")
-    for i, name in enumerate(STAGE_SECTIONS[1:], start=1):
-        if name in data and STAGE_SECTIONS[i - 1] not in data:
-            raise S2STError(
-                f"{at(name)}: {name} given without {STAGE_SECTIONS[i - 1]}; stages must be numbered 1, 2, 3 without gaps"
-            )
-
-    given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    # overridden keys are not expanded: `--dataset-path x` must work with an unset $npy_dataset
-    kept = {k: v for k, v in data.get("general", {}).items() if k not in given}
-    general = _resolve_paths(_expand_env(kept, "general", path, lines), base)
-    for key in given:  # the YAML line no longer describes an overridden value
-        lines.pop(f"general.{key}", None)
-    general.update(_resolve_paths(given, Path.cwd()))
-
-    known = sorted(known_model_types)
-    model_type = general.get("model_type")
-    if model_type is None:
-        raise S2STError(
-            f"{path}: general.model_type is required (in the YAML or on the command line); known: {', '.join(known)}"
-        )
-    if not isinstance(model_type, str) or model_type not in known:
-        raise S2STError(f"{at('general.model_type')}: unknown model_type {model_type!r}; known: {', '.join(known)}")
-    serves = general.get("serves_speech")
-    if serves is not None and not isinstance(serves, bool):
-        raise S2STError(f"{at('general.serves_speech')} (general.serves_speech): must be true or false, got {serves!r}")
+    _check_sections(data, path, lines)
+    model_type, general = _merge_general(data, path, lines, overrides, sorted(known_model_types))
+    keys = PATH_KEYS | path_keys(model_type)
 
     stages: list[dict[str, Any]] = []
     for name in STAGE_SECTIONS:  # upstream: stop at the first missing stage
         if name not in data:
             break
         stage = copy.deepcopy(general)
-        stage.update(_resolve_paths(_expand_env(data[name], name, path, lines), base))
+        stage.update(_resolve_paths(_expand_env(data[name], name, path, lines), path.parent, keys))
         stages.append(stage)
 
     name = general.get("name")
@@ -242,6 +294,6 @@ def load_config(
         model_type=model_type,
         general=general,
         stages=stages,
-        quality=data.get("quality"),
+        quality=_resolve_quality(data.get("quality"), path.parent),
         lines=lines,
     )

@@ -87,3 +87,23 @@ BENCH_TEST = '''
 def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
     s2st_benchmark(s2st_pipeline, s2st_dataset)
 '''
+
+
+TONE_PY = '''
+import numpy as np
+
+def make():
+    """Text in, speech out: 100 samples of a constant per character, at 8 kHz."""
+    return lambda sample: {"waveform": np.full(len(sample["text"]) * 100, 0.2, np.float32), "sample_rate": 8000}
+'''
+
+
+def write_tone_case(root: Path, name: str = "tts", model_type: str = "callable", general_extra: str = "") -> Path:
+    """A config whose one stage turns text into speech (tone.py:make in root), for the reference server."""
+    (root / "tone.py").write_text(TONE_PY)
+    body = f"general:\n  name: {name}\n  model_type: {model_type}\n"
+    body += textwrap.indent(textwrap.dedent(general_extra), "  ") if general_extra else ""
+    body += "stage1:\n  entry: tone.py:make\n"
+    path = root / f"{name}.yaml"
+    path.write_text(body)
+    return path

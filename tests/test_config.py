@@ -296,6 +296,92 @@ def test_quality_kept_as_is(tmp_path):
     assert load(p).quality == {"wer_max_increase": 0.02, "refs": "$NOT_EXPANDED"}
 
 
+def test_quality_paths_resolved_against_yaml_folder(tmp_path, monkeypatch):
+    sub = tmp_path / "cfgs"
+    sub.mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", "/home/someone")
+    p = write(sub, """\
+        general: {model_type: TTS}
+        quality:
+          baseline: ../base.yaml
+          anchors: anchors/
+          asr_model_dir: ~/whisper
+          scorer_id: s2st-abc
+          max_speaker_drop: 0.1
+        """)
+    assert load(p).quality == {
+        "baseline": str(tmp_path / "base.yaml"), "anchors": str(sub / "anchors"),
+        "asr_model_dir": "/home/someone/whisper", "scorer_id": "s2st-abc", "max_speaker_drop": 0.1,
+    }
+    absolute = write(sub, "general: {model_type: TTS}\nquality: {anchors: /abs/anchors/}\n", name="abs.yaml")
+    assert load(absolute).quality == {"anchors": "/abs/anchors/"}  # absolute ones are left as written
+
+
+def test_quality_section_must_be_a_mapping(tmp_path):
+    p = write(tmp_path, "general: {model_type: TTS}\nquality:\n  - baseline.yaml\n")
+    assert error_of(p) == f"{p}:2: quality must be a mapping, got list"
+
+
+@pytest.mark.parametrize("targets", [
+    "{ttfa_s: 0}", "{rtf: -1}", "{rtf: true}", "{latency: 1.0}", "{ttfa_s: '0.5'}", "[0.5]", "0.5",
+])
+def test_bad_targets_are_one_line_with_file_and_line(tmp_path, targets):
+    p = write(tmp_path, f"general:\n  model_type: TTS\n  targets: {targets}\n")
+    msg = error_of(p)
+    assert msg.startswith(f"{p}:3 (general.targets): targets must map ttfa_s and/or rtf to numbers > 0, got ")
+
+
+def test_good_targets_are_kept(tmp_path):
+    p = write(tmp_path, "general:\n  model_type: TTS\n  targets: {ttfa_s: 0.5, rtf: 1}\n")
+    assert load(p).general["targets"] == {"ttfa_s": 0.5, "rtf": 1}
+
+
+def test_model_type_declared_path_keys_resolved(tmp_path, monkeypatch):
+    """fairseq's hubert_* keys are paths for the fairseq types only; an extension declares its own."""
+    from pytest_s2st.pipelines import base
+
+    monkeypatch.setitem(base.REGISTRY, "Ext", "ext_module:build")
+    monkeypatch.setitem(base.PATH_KEYS, "Ext", ())
+    base.register("Ext", "ext_module:build", path_keys="weights")
+    text = """\
+        general: {model_type: %s}
+        stage1:
+          hubert_ckpt_path: hubert/checkpoint.pt
+          hubert_km_path: ../km.npy
+          weights: w.bin
+        """
+    known = ["HubertUnits", "callable", "Ext"]
+    sub = tmp_path / "cfgs"
+    sub.mkdir()
+    stage = load_config(write(sub, text % "HubertUnits"), known_model_types=known).stages[0]
+    assert stage["hubert_ckpt_path"] == str(sub / "hubert/checkpoint.pt")
+    assert stage["hubert_km_path"] == str(tmp_path / "km.npy")
+    assert stage["weights"] == "w.bin"
+    assert load_config(write(sub, text % "callable"), known_model_types=known).stages[0]["hubert_km_path"] == "../km.npy"
+    ext = load_config(write(sub, text % "Ext"), known_model_types=known).stages[0]
+    assert ext["weights"] == str(sub / "w.bin") and ext["hubert_km_path"] == "../km.npy"
+    assert base.path_keys("Ext") == frozenset({"weights"}) and base.path_keys("nope") == frozenset()
+
+
+def test_override_model_type_picks_its_path_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    p = write(tmp_path, "general: {model_type: callable, hubert_km_path: km.npy}\nstage1: {}\n")
+    cfg = load_config(p, known_model_types=["callable", "HubertUnits"], overrides={"model_type": "HubertUnits"})
+    assert cfg.general["hubert_km_path"] == str(tmp_path / "km.npy") == cfg.stages[0]["hubert_km_path"]
+
+
+def test_stage_namespace_resolves_no_paths(tmp_path):
+    """Paths are resolved once, by the loader: fairseq's namespace takes the stage's values as they are."""
+    pytest.importorskip("fairseq")
+    from pytest_s2st.pipelines import fairseq as fp
+
+    stage = {"data": "rel/bin", "path": "ck.pt", "hubert_km_path": "km.npy", "vocoder": "voc.pt"}
+    ns = fp.stage_namespace(stage, device="cpu", config_path=tmp_path / "sub" / "c.yaml")
+    assert (ns.data, ns.path, ns.hubert_km_path, ns.vocoder) == ("rel/bin", "ck.pt", "km.npy", "voc.pt")
+    assert ns.config == str(tmp_path / "sub" / "c.yaml") and ns.cpu is True
+
+
 def test_unknown_top_level_key(tmp_path):
     p = write(tmp_path, "general: {model_type: S2T}\nstage4: {}\n")
     assert error_of(p) == f"{p}:2: unknown top-level key 'stage4'; allowed: general, stage1, stage2, stage3, quality"

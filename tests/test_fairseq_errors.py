@@ -1,19 +1,18 @@
 """Bad fairseq inputs -> one S2STError line naming the file or key; nothing half-loaded."""
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 pytest.importorskip("fairseq")
 
 import torch  # noqa: E402
 
+from pytest_s2st.config import load_config  # noqa: E402
 from pytest_s2st.errors import S2STError  # noqa: E402
 from pytest_s2st.pipelines import base  # noqa: E402
 from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
@@ -35,14 +34,8 @@ def work(staged, tmp_path) -> Path:
 
 
 def stages_of(config: Path) -> tuple[str, list[dict]]:
-    doc = yaml.safe_load(config.read_text())
-    out = []
-    for i in (1, 2, 3):
-        if f"stage{i}" in doc:
-            st = copy.deepcopy(doc["general"])
-            st.update(doc[f"stage{i}"])
-            out.append(st)
-    return doc["general"]["model_type"], out
+    cfg = load_config(config, known_model_types=base.known_model_types())
+    return cfg.model_type, cfg.stages
 
 
 def build_error(config: Path, edit=None, model_type: str | None = None) -> str:

@@ -318,6 +318,59 @@ def test_cli_serves_writes_identity_and_stops_on_sigterm(tmp_path, mode):
             proc.wait()
 
 
+def test_cli_serves_the_case_pytest_resolved(tmp_path):
+    """--case: the server builds what the case JSON says (overrides included) and never re-reads the YAML."""
+    from helpers import write_tone_case
+    from pytest_s2st.cases import load_case
+
+    cfg = write_tone_case(tmp_path, name="yaml-name", model_type="TTS")  # as written: a fairseq type
+    case = load_case(cfg, {"model_type": "callable", "concurrency": (1, 4)}, lambda name: None)  # --s2st-model-type
+    case.settings["threads"] = 2
+    data = case.to_dict()
+    data["case_id"] = "callable-overridden"
+    data["general"]["name"] = "overridden"
+    case_json = tmp_path / "case.json"
+    case_json.write_text(json.dumps(data))
+    cfg.write_text("general: {model_type: S2T}\n")  # what a re-read would see: a type that cannot serve speech
+    ident = tmp_path / "identity.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--case", str(case_json), "--port", "0",
+                             "--identity-output", str(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        identity = _wait_for_file(ident, proc)
+        assert identity["case_id"] == "callable-overridden" and identity["model_type"] == "callable"
+        assert identity["settings"]["threads"] == 2 and identity["settings"]["concurrency"] == [1, 4]
+        assert identity["settings"]["device"] == "cpu" and identity["device"]["name"] == "cpu"
+        assert identity["config"]["path"] == str(cfg)
+        status, events = _post_once(identity["endpoint"])
+        assert status == 200 and events[-1]["samples"] == 300 and events[-1]["sample_rate"] == 8000
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json", "cannot read the case JSON"),
+    ('{"path": "x.yaml"}', "not a case written by Case.to_dict: KeyError"),
+])
+def test_cli_bad_case_json_is_one_line(tmp_path, content, why):
+    case_json = tmp_path / "case.json"
+    case_json.write_text(content)
+    out = subprocess.run([sys.executable, "-m", "pytest_s2st.cli.serve", "--case", str(case_json), "--port", "0"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert f"{case_json}: {why}" in out.stderr
+
+
+def test_cli_config_and_case_are_exclusive(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pytest_s2st.cli.serve", "--case", "c.json", "--s2st-config", "c.yaml",
+                          "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "not allowed with argument" in out.stderr
+
+
 def test_cli_refuses_non_loopback_in_one_line():
     out = subprocess.run([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--port", "0",
                           "--host", "0.0.0.0"], capture_output=True, text=True, timeout=30,

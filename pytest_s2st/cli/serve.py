@@ -1,14 +1,16 @@
 """s2st-serve: the reference HTTP/SSE speech server around a configured pipeline (or a demo tone).
 
+    s2st-serve --case case.json --port 0 --identity-output F   # a case resolved by pytest (Case.to_dict)
     s2st-serve --s2st-config x.yaml --port P [--identity-output F] [--queue-size N]
     s2st-serve --demo-tone --port 0 --identity-output F     # no model; port 0 = any free port
 
-Binds loopback only. The identity file (code version, asset hashes, device, threads, bound port)
-is written once the server listens; GET /health answers 200 from then on.
+Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
+device, threads, bound port) is written once the server listens; GET /health answers 200 from then on.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -62,6 +64,7 @@ def _threads(asked: int | None) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="s2st-serve", description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--case", type=Path, help="a resolved case as JSON (Case.to_dict), e.g. written by pytest")
     src.add_argument("--s2st-config", type=Path, help="benchmark YAML whose pipeline ends in speech")
     src.add_argument("--demo-tone", action="store_true", help="no model: a deterministic sine per request")
     p.add_argument("--port", type=int, required=True, help="TCP port (0: any free port, see the identity file)")
@@ -69,10 +72,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--identity-output", type=Path, help="write the server identity JSON here")
     p.add_argument("--queue-size", type=int, default=8, help="requests that may wait for the model (default 8)")
     p.add_argument("--chunk-samples", type=int, default=4800, help="PCM samples per SSE audio event")
-    p.add_argument("--device", help="cpu | cuda | npu | auto (default: general.device, else cpu)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: general.threads)")
+    p.add_argument("--device", help="cpu | cuda | npu | auto (default: the case's device setting)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: the case's threads setting)")
     p.add_argument("--demo-delay-s", type=float, default=0.0, help="--demo-tone: seconds of simulated model time")
     return p
+
+
+def _load_case(args: argparse.Namespace):
+    """The case to serve: as pytest resolved it (--case), or a YAML resolved here like pytest would."""
+    from ..cases import Case, load_case
+
+    if args.s2st_config is not None:
+        return load_case(args.s2st_config, {}, lambda name: None)
+    try:
+        data = json.loads(args.case.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise S2STError(f"{args.case}: cannot read the case JSON: {exc}") from None
+    try:
+        return Case.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise S2STError(f"{args.case}: not a case written by Case.to_dict: {type(exc).__name__}: {exc}") from None
+
+
+def _config_identity(path: Path) -> dict[str, Any]:
+    try:
+        digest = sha256_file(path)
+    except OSError:  # --case: the YAML may be gone; the case JSON is what was served
+        digest = None
+    return {"path": str(path), "sha256": digest}
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
@@ -84,22 +111,25 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
         return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
                        "demo_delay_s": args.demo_delay_s}, lambda: None
 
-    from ..config import load_config
+    from ..cases import settings_to_json
     from ..measure.device import resolve_device
-    from ..pipelines.base import SERVES_SPEECH, build_pipeline, known_model_types, serves_speech
+    from ..pipelines.base import SERVES_SPEECH, build_pipeline
 
-    cfg = load_config(args.s2st_config, known_model_types=known_model_types())
-    if not serves_speech(cfg.model_type, cfg.general.get("serves_speech")):
+    case = _load_case(args)
+    cfg = case.config
+    if not case.serves_speech:
         # refuse at start rather than answer every request with HTTP 500
         why = ("general.serves_speech is false" if cfg.model_type not in SERVES_SPEECH else
                f"model_type {cfg.model_type} takes speech features or gives text")
         raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a TTS, Qwen3TTS or callable case")
-    device = resolve_device(args.device or str(cfg.general.get("device") or "cpu"))
+    device = resolve_device(args.device or case.settings.get("device") or "cpu")
     pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path)
-    threads = args.threads or cfg.general.get("threads")
+    threads = args.threads or case.settings.get("threads")
     return pipeline_synthesizer(pipeline), {
+        "case_id": case.case_id,
         "model_type": cfg.model_type,
-        "config": {"path": str(cfg.path), "sha256": sha256_file(cfg.path)},
+        "config": _config_identity(cfg.path),
+        "settings": settings_to_json(case.settings),
         "assets": pipeline.assets(),
         "device": device.describe(),
         "threads": _threads(int(threads) if threads else None),

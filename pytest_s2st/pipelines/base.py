@@ -75,6 +75,20 @@ SERVES_SPEECH: dict[str, bool] = {
 }
 
 
+# Stage keys (besides the loader's generic ones) whose values are files: config.load_config resolves
+# them against the YAML's folder, once, so pipelines receive absolute paths and resolve nothing.
+FAIRSEQ_PATH_KEYS = ("data", "path", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path")
+PATH_KEYS: dict[str, tuple[str, ...]] = {
+    **{t: FAIRSEQ_PATH_KEYS for t in ("S2T", "MT", "TTS", "S2S", "S2UT", "2StageS2ST", "3StageS2ST", "HubertUnits")},
+    "Qwen3TTS": ("manifest",),
+}
+
+
+def path_keys(model_type: str) -> frozenset[str]:
+    """The extra path keys a model type declared (PATH_KEYS); none for an unknown type."""
+    return frozenset(PATH_KEYS.get(model_type, ()))
+
+
 def serves_speech(model_type: str, declared: bool | None = None) -> bool:
     """The model type's answer (SERVES_SPEECH), else the case's own ``general.serves_speech``, else yes."""
     known = SERVES_SPEECH.get(model_type)
@@ -83,11 +97,17 @@ def serves_speech(model_type: str, declared: bool | None = None) -> bool:
     return True if declared is None else declared
 
 
-def register(model_type: str, target: str, *, serves_speech: bool | None = None) -> None:
-    """Add a pipeline type ("module:factory"); used by extensions. ``serves_speech``: see SERVES_SPEECH."""
+def register(model_type: str, target: str, *, serves_speech: bool | None = None,
+             path_keys: Sequence[str] | None = None) -> None:
+    """Add a pipeline type ("module:factory"); used by extensions. ``serves_speech``: see SERVES_SPEECH;
+    ``path_keys``: stage keys holding file paths, resolved by the config loader (see PATH_KEYS)."""
     REGISTRY[model_type] = target
     if serves_speech is not None:
         SERVES_SPEECH[model_type] = serves_speech
+    if path_keys is not None:
+        if isinstance(path_keys, str):  # a lone "key" would otherwise become its letters
+            path_keys = (path_keys,)
+        PATH_KEYS[model_type] = tuple(path_keys)
 
 
 def known_model_types() -> list[str]:

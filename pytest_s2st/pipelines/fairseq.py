@@ -34,8 +34,6 @@ LAYOUTS = {
     "2StageS2ST": ("s2t", "tts"), "3StageS2ST": ("s2t", "mt", "tts"),
     "HubertUnits": ("hubert", "vocoder?"),
 }
-PATH_KEYS = ("data", "path", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path")
-VOCODER_TYPES = ("griffin_lim", "hifigan", "code_hifigan")
 _BASE_NS: Namespace | None = None
 
 
@@ -67,16 +65,12 @@ def _base_namespace() -> Namespace:
 
 
 def stage_namespace(stage: dict, *, device: str, config_path: Path) -> Namespace:
+    """fairseq's defaults updated with the stage. Its paths arrive resolved (config.load_config,
+    keys declared in pipelines.base.PATH_KEYS): nothing is resolved here."""
     ns = _base_namespace()
     d = vars(ns)
     d.update(stage)
     d["config"] = str(config_path)
-    for key in PATH_KEYS:  # relative paths resolve against the config's folder
-        v = d.get(key)
-        if key == "vocoder" and v in VOCODER_TYPES:  # TTS/S2S: a vocoder type, not a file
-            continue
-        if isinstance(v, str) and v and not Path(v).is_absolute() and ":" not in v:
-            d[key] = str((Path(config_path).parent / v).resolve())
     d["cpu"] = device == "cpu" or not device.startswith("cuda")  # fairseq only knows cuda/cpu
     return ns
 
