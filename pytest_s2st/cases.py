@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
-from .pipelines.base import known_model_types, serves_speech
+from .pipelines.base import check_stage_count, known_model_types, serves_speech
 from .settings import BY_NAME, SETTINGS, CompareLimit
 
 # upstream get_metrics.py names that mean one of our settings
@@ -37,7 +37,7 @@ class Case:
     @property
     def serves_speech(self) -> bool:
         """Whether the reference server can serve this case (text request in, speech out): the model
-        type's answer (pipelines.base.SERVES_SPEECH), else general.serves_speech, else yes."""
+        type's answer (pipelines.base.MODEL_TYPES), else general.serves_speech, else yes."""
         return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # a bool: load_config checked it
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,29 +104,32 @@ def settings_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def resolve_settings(general: Mapping[str, Any], explicit: Mapping[str, Any], ini: Callable[[str], Any],
-                     where: Callable[[str], str]) -> dict[str, Any]:
+                     where: Callable[[str], str], sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every setting by precedence; ``sources`` (when given) receives where each value came from
+    (flag, file:line of the config key, ini key, or default), for error lines."""
     out: dict[str, Any] = {}
+    came: dict[str, str] = {} if sources is None else sources
     for setting in SETTINGS:
         name = setting.name
         if name in explicit:
-            out[name] = explicit[name]
+            out[name], came[name] = explicit[name], setting.flag
             continue
         keys = (name,) + ALIASES.get(name, ())
         key = next((k for k in keys if k in general), None) if setting.per_case else None
         if key is not None:
             try:
-                out[name] = setting.parse(general[key])
+                out[name], came[name] = setting.parse(general[key]), where(key)
             except ValueError as exc:
                 raise S2STError(f"{where(key)}: {exc}") from None
             continue
         raw = ini(setting.ini)
         if raw not in (None, "", []):
             try:
-                out[name] = setting.parse(raw)
+                out[name], came[name] = setting.parse(raw), f"ini option {setting.ini}"
             except ValueError as exc:
                 raise S2STError(f"ini option {setting.ini}: {exc}") from None
             continue
-        out[name] = setting.default
+        out[name], came[name] = setting.default, f"{setting.flag} (default)"
     if general.get("cpu") is True and "device" not in explicit and "device" not in general:
         out["device"] = "cpu"  # upstream configs say `cpu: True`
     return out
@@ -143,14 +146,29 @@ def check_writable_dir(path: str, where: str) -> Path:
     return target
 
 
+def _check_target_sr(config: CaseConfig) -> None:
+    """target_sr (the dump's sample rate) is a positive integer wherever it is set."""
+    sections = [("general", config.general)] + [(f"stage{i}", st) for i, st in enumerate(config.stages, 1)]
+    for name, section in sections:
+        value = section.get("target_sr")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise S2STError(f"{config.where(f'{name}.target_sr')}: target_sr must be a sample rate in Hz "
+                            f"(an integer > 0), got {value!r}")
+
+
 def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callable[[str], Any]) -> Case:
+    """One config resolved once: every section, path and setting, checked before any model loads."""
     overrides = {k: explicit[k] for k in ("model_type", "dataset_path") if k in explicit}
     config = load_config(path, known_model_types=known_model_types(), overrides=overrides)
+    check_stage_count(config.model_type, len(config.stages), str(config.path))
+    _check_target_sr(config)
     where = lambda key: config.where(f"general.{key}")
-    settings = resolve_settings(config.general, explicit, ini, where)
+    sources: dict[str, str] = {}
+    settings = resolve_settings(config.general, explicit, ini, where, sources)
     dataset = config.general.get("dataset_path")
     if dataset is not None and not Path(str(dataset)).exists():
-        raise S2STError(f"{where('dataset_path')}: dataset {dataset} does not exist")
+        source = "--s2st-dataset-path" if "dataset_path" in explicit else where("dataset_path")
+        raise S2STError(f"{source}: dataset {dataset} does not exist")
     if settings.get("dump_dir"):
-        settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], where("dump_dir")))
+        settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
     return Case(config, settings)

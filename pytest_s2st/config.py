@@ -6,7 +6,7 @@ reject duplicate keys (upstream's published 3StageS2ST.yaml silently loses a sta
 ``${VAR}`` / ``$VAR`` placeholders from the environment, resolve relative paths against the
 YAML's folder, and let explicit command-line overrides win over ``general`` in every stage.
 Paths are resolved here and nowhere else: the generic keys below, those the model type declares
-(pipelines.base.PATH_KEYS) and the gate's file keys of ``quality:``.
+(pipelines.base.MODEL_TYPES) and the gate's file keys of ``quality:``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ SECTIONS = ("general", "stage1", "stage2", "stage3", "quality")
 STAGE_SECTIONS = ("stage1", "stage2", "stage3")
 
 # Keys whose string values are file system paths, resolved against the YAML's folder, for every
-# model type; a model type adds its own (pipelines.base.PATH_KEYS). config_yaml is deliberately
+# model type; a model type adds its own (pipelines.base.MODEL_TYPES). config_yaml is deliberately
 # absent: fairseq resolves it against `data`.
 PATH_KEYS = frozenset({
     "dataset_path", "data", "vocoder", "vocoder_cfg", "dump_speech_waveforms_dir",
@@ -270,7 +270,7 @@ def load_config(
     stage merge, so every stage sees them. ``None`` values mean "not given" and are ignored.
     Their relative paths resolve against the current directory (they were typed there);
     those in the YAML resolve against the YAML's folder. Path keys are the generic PATH_KEYS
-    plus those the model type declares (pipelines.base.PATH_KEYS).
+    plus those the model type declares (pipelines.base.MODEL_TYPES).
     """
     path = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
     data, lines = _read_yaml(path)

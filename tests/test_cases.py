@@ -55,7 +55,7 @@ def test_every_default_setting_survives_json():
 
 def test_yaml_values_json_lacks_become_text(tmp_path):
     p = tmp_path / "d.yaml"
-    p.write_text("general:\n  model_type: callable\n  released: 2024-01-02\n  codes: {1: one}\n")
+    p.write_text("general:\n  model_type: callable\n  released: 2024-01-02\n  codes: {1: one}\nstage1:\n  entry: m.py:f\n")
     d = load_case(p, {}, no_ini).to_dict()
     assert d["general"]["released"] == "2024-01-02" and d["general"]["codes"] == {"1": "one"}
     json.dumps(d)

@@ -341,8 +341,7 @@ def test_model_type_declared_path_keys_resolved(tmp_path, monkeypatch):
     """fairseq's hubert_* keys are paths for the fairseq types only; an extension declares its own."""
     from pytest_s2st.pipelines import base
 
-    monkeypatch.setitem(base.REGISTRY, "Ext", "ext_module:build")
-    monkeypatch.setitem(base.PATH_KEYS, "Ext", ())
+    monkeypatch.setitem(base.MODEL_TYPES, "Ext", base.ModelType("ext_module:build"))
     base.register("Ext", "ext_module:build", path_keys="weights")
     text = """\
         general: {model_type: %s}

@@ -191,3 +191,30 @@ def test_evidence_dir_that_is_a_file_names_where_it_came_from(pytester, how):
     else:
         result = run_usage(pytester, "--s2st-evidence-dir", str(pytester.path / "taken"))
         assert_one_clear_line(result, "--s2st-evidence-dir", "taken is not a directory")
+
+
+def test_target_sr_that_is_not_a_rate_is_a_usage_error(pytester):
+    cfg = write_case(pytester.path, "np", ["build_speech"], general_extra="target_sr: fast\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "np.yaml:5 (general.target_sr)", "target_sr must be a sample rate", "'fast'")
+
+
+def test_dump_dir_error_names_the_flag_it_came_from(pytester):
+    (pytester.path / "taken").write_text("a file\n")
+    cfg = write_case(pytester.path, "np", ["build_speech"], general_extra="dump_dir: elsewhere\n")
+    result = run_usage(pytester, f"--s2st-config={cfg}", "--s2st-dump-dir", str(pytester.path / "taken"))
+    assert_one_clear_line(result, "--s2st-dump-dir", "taken is not writable")
+    assert "general.dump_dir" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("model_type, stages, wanted", [
+    ("3StageS2ST", ["build_linear", "build_second"], "takes 3 stage section(s) (stage1, stage2, stage3), the config has 2"),
+    ("2StageS2ST", ["build_linear"], "takes 2 stage section(s)"),
+    ("TTS", ["build_linear", "build_second"], "takes 1 stage section(s) (stage1), the config has 2"),
+])
+def test_a_cascade_with_the_wrong_number_of_stages_stops_the_session(pytester, model_type, stages, wanted):
+    """A config error is a usage error before collection (exit 4), not a fixture error per test."""
+    cfg = write_case(pytester.path, "casc", stages)
+    cfg.write_text(cfg.read_text().replace("model_type: callable", f"model_type: {model_type}"))
+    result = run_usage(pytester, f"--s2st-config={cfg}")
+    assert_one_clear_line(result, "casc.yaml", f"model_type {model_type} {wanted}")

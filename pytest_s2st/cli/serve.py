@@ -113,13 +113,13 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
 
     from ..cases import settings_to_json
     from ..measure.device import resolve_device
-    from ..pipelines.base import SERVES_SPEECH, build_pipeline
+    from ..pipelines.base import build_pipeline, declares_serves_speech
 
     case = _load_case(args)
     cfg = case.config
     if not case.serves_speech:
         # refuse at start rather than answer every request with HTTP 500
-        why = ("general.serves_speech is false" if cfg.model_type not in SERVES_SPEECH else
+        why = ("general.serves_speech is false" if not declares_serves_speech(cfg.model_type) else
                f"model_type {cfg.model_type} takes speech features or gives text")
         raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a TTS, Qwen3TTS or callable case")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")

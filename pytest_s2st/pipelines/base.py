@@ -17,6 +17,7 @@ pipeline of that type is built.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -49,73 +50,89 @@ class Pipeline(Protocol):
         """Release the models."""
 
 
-# model_type -> "module:factory". factory(stages: list[dict], *, model_type: str, device: str, config_path: Path) -> Pipeline
-# (one factory may serve several model types: it is told which)
-REGISTRY: dict[str, str] = {
-    "callable": "pytest_s2st.pipelines.callable:build",
-    "S2T": "pytest_s2st.pipelines.fairseq:build",
-    "MT": "pytest_s2st.pipelines.fairseq:build",
-    "TTS": "pytest_s2st.pipelines.fairseq:build",
-    "S2S": "pytest_s2st.pipelines.fairseq:build",
-    "S2UT": "pytest_s2st.pipelines.fairseq:build",
-    "2StageS2ST": "pytest_s2st.pipelines.fairseq:build",
-    "3StageS2ST": "pytest_s2st.pipelines.fairseq:build",
-    "HubertUnits": "pytest_s2st.pipelines.fairseq:build",
-    "Qwen3TTS": "pytest_s2st.pipelines.qwen3tts:build",
-}
+@dataclass(frozen=True)
+class ModelType:
+    """What the rest of the package needs to know about a model type, without importing its module.
 
-KNOWN_MODEL_TYPES = tuple(REGISTRY)
+    target: "module:factory"; factory(stages: list[dict], *, model_type, device, config_path) -> Pipeline
+    (one factory may serve several types: it is told which).
+    serves_speech: takes a text request and answers speech (what a speech service serves); None: the
+    case says so with general.serves_speech (default yes) -- callables and extensions.
+    path_keys: stage keys (besides the loader's generic ones) whose values are files; config.load_config
+    resolves them against the YAML's folder, once, so pipelines receive absolute paths.
+    stages: (fewest, most) stage sections a config of this type may have (most None: no limit).
+    """
 
-# Does a pipeline of this type take a text request and answer speech (what a speech service serves)?
-# Types not listed (callable, extensions) may: their case says so with general.serves_speech (default yes).
-SERVES_SPEECH: dict[str, bool] = {
-    "TTS": True, "Qwen3TTS": True,
-    "S2T": False, "MT": False, "S2S": False, "S2UT": False, "2StageS2ST": False, "3StageS2ST": False,
-    "HubertUnits": False,
-}
+    target: str
+    serves_speech: bool | None = None
+    path_keys: tuple[str, ...] = ()
+    stages: tuple[int, int | None] = (1, None)
 
 
-# Stage keys (besides the loader's generic ones) whose values are files: config.load_config resolves
-# them against the YAML's folder, once, so pipelines receive absolute paths and resolve nothing.
+_FAIRSEQ = "pytest_s2st.pipelines.fairseq:build"
 FAIRSEQ_PATH_KEYS = ("data", "path", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path")
-PATH_KEYS: dict[str, tuple[str, ...]] = {
-    **{t: FAIRSEQ_PATH_KEYS for t in ("S2T", "MT", "TTS", "S2S", "S2UT", "2StageS2ST", "3StageS2ST", "HubertUnits")},
-    "Qwen3TTS": ("manifest",),
+
+# ONE table: the registry, which types serve speech, their path keys and stage counts
+MODEL_TYPES: dict[str, ModelType] = {
+    "callable": ModelType("pytest_s2st.pipelines.callable:build"),
+    "S2T": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
+    "MT": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
+    "TTS": ModelType(_FAIRSEQ, True, FAIRSEQ_PATH_KEYS, (1, 1)),
+    "S2S": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
+    "S2UT": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 2)),  # units, then an optional unit vocoder
+    "2StageS2ST": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (2, 2)),
+    "3StageS2ST": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (3, 3)),
+    "HubertUnits": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 2)),
+    "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("manifest",), (1, 1)),
 }
+
+KNOWN_MODEL_TYPES = tuple(MODEL_TYPES)
 
 
 def path_keys(model_type: str) -> frozenset[str]:
-    """The extra path keys a model type declared (PATH_KEYS); none for an unknown type."""
-    return frozenset(PATH_KEYS.get(model_type, ()))
+    """The extra path keys a model type declared; none for an unknown type."""
+    entry = MODEL_TYPES.get(model_type)
+    return frozenset(entry.path_keys if entry else ())
 
 
 def serves_speech(model_type: str, declared: bool | None = None) -> bool:
-    """The model type's answer (SERVES_SPEECH), else the case's own ``general.serves_speech``, else yes."""
-    known = SERVES_SPEECH.get(model_type)
-    if known is not None:
-        return known
+    """The model type's answer, else the case's own ``general.serves_speech``, else yes."""
+    entry = MODEL_TYPES.get(model_type)
+    if entry is not None and entry.serves_speech is not None:
+        return entry.serves_speech
     return True if declared is None else declared
 
 
+def declares_serves_speech(model_type: str) -> bool:
+    """Does the type itself say whether it serves speech (else the case does)?"""
+    entry = MODEL_TYPES.get(model_type)
+    return entry is not None and entry.serves_speech is not None
+
+
+def check_stage_count(model_type: str, count: int, where: str) -> None:
+    """A config with too few or too many stage sections for its type: one line, before any model loads."""
+    fewest, most = MODEL_TYPES[model_type].stages
+    if count < fewest or (most is not None and count > most):
+        wanted = str(fewest) if fewest == most else f"{fewest} to {most}" if most else f"at least {fewest}"
+        sections = ", ".join(f"stage{i}" for i in range(1, (most or fewest) + 1))
+        raise S2STError(f"{where}: model_type {model_type} takes {wanted} stage section(s) ({sections}), "
+                        f"the config has {count}")
+
+
 def register(model_type: str, target: str, *, serves_speech: bool | None = None,
-             path_keys: Sequence[str] | None = None) -> None:
-    """Add a pipeline type ("module:factory"); used by extensions. ``serves_speech``: see SERVES_SPEECH;
-    ``path_keys``: stage keys holding file paths, resolved by the config loader (see PATH_KEYS)."""
-    REGISTRY[model_type] = target
-    if serves_speech is not None:
-        SERVES_SPEECH[model_type] = serves_speech
-    if path_keys is not None:
-        if isinstance(path_keys, str):  # a lone "key" would otherwise become its letters
-            path_keys = (path_keys,)
-        PATH_KEYS[model_type] = tuple(path_keys)
+             path_keys: Sequence[str] | None = None, stages: tuple[int, int | None] = (1, None)) -> None:
+    """Add a pipeline type ("module:factory"); used by extensions. See ModelType for the rest."""
+    if isinstance(path_keys, str):  # a lone "key" would otherwise become its letters
+        path_keys = (path_keys,)
+    MODEL_TYPES[model_type] = ModelType(target, serves_speech, tuple(path_keys or ()), stages)
 
 
 def known_model_types() -> list[str]:
-    return sorted(REGISTRY)
+    return sorted(MODEL_TYPES)
 
 
 def check_model_type(model_type: Any, where: str) -> str:
-    if model_type not in REGISTRY:
+    if model_type not in MODEL_TYPES:
         raise S2STError(
             f"{where}: unknown model_type {model_type!r}; known: {', '.join(known_model_types())}"
         )
@@ -124,7 +141,7 @@ def check_model_type(model_type: Any, where: str) -> str:
 
 def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: str, config_path: Path) -> Pipeline:
     check_model_type(model_type, str(config_path))
-    module_name, _, attr = REGISTRY[model_type].partition(":")
+    module_name, _, attr = MODEL_TYPES[model_type].target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

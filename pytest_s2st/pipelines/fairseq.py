@@ -66,7 +66,7 @@ def _base_namespace() -> Namespace:
 
 def stage_namespace(stage: dict, *, device: str, config_path: Path) -> Namespace:
     """fairseq's defaults updated with the stage. Its paths arrive resolved (config.load_config,
-    keys declared in pipelines.base.PATH_KEYS): nothing is resolved here."""
+    keys declared in pipelines.base.MODEL_TYPES): nothing is resolved here."""
     ns = _base_namespace()
     d = vars(ns)
     d.update(stage)
