@@ -102,7 +102,8 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
 
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
-    settings = case.settings if case else {name: state.option(name) for name in ("warmup", "requests", "request_timeout")}
+    settings = case.settings if case else {name: state.option(name) for name in
+                                          ("warmup", "requests", "request_timeout", "max_audio_s")}
     case_id = case.case_id if case else request.node.name
     quality = (case.config.quality if case else None) or {}  # resolved by the config loader
     targets = case.config.general.get("targets") if case else None  # goodput {ttfa_s, rtf}: checked by the loader

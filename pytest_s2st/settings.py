@@ -39,7 +39,7 @@ def positive_float(value: Any) -> float:
         out = float(str(value).strip())
     except ValueError:
         raise ValueError(f"must be a number > 0, got {value!r}") from None
-    if not out > 0:
+    if not 0 < out < float("inf"):  # nan and inf are not durations
         raise ValueError(f"must be a number > 0, got {value!r}")
     return out
 
@@ -72,6 +72,17 @@ def text(value: Any) -> str:
     if not out:
         raise ValueError("must not be empty")
     return out
+
+
+def endpoint(value: Any) -> str:
+    """A speech endpoint in its one spelling (a base URL gets the protocol's default path)."""
+    from .errors import S2STError
+    from .runs import normalize_endpoint
+
+    try:
+        return normalize_endpoint(text(value))
+    except S2STError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def boolean(value: Any) -> bool:
@@ -165,9 +176,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
     # service benchmarks (s2st_service / s2st_load)
     Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
-    Setting("endpoint", text, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
+    Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
     Setting("workload", text, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
     Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
+    Setting("max_audio_s", positive_float, 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
     Setting("request_timeout", positive_float, 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
     Setting("evidence_dir", text, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
     Setting("baseline", text, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),

@@ -31,6 +31,9 @@ def run_usage(pytester, *args):
     ("--s2st-dataset-size", "-3", "must be an integer > 0"),
     ("--s2st-compare-fail", "peak_delta_mib=10", "expected metric:limit"),
     ("--s2st-compare-fail", "speed:5%", "unknown metric 'speed'"),
+    ("--s2st-endpoint", "http://127.0.0.1:99999", "port is not a number in 1-65535"),
+    ("--s2st-endpoint", "ftp://127.0.0.1:8000", "endpoint 'ftp://127.0.0.1:8000'"),
+    ("--s2st-max-audio-s", "inf", "must be a number > 0"),
 ])
 def test_bad_option_value_is_a_usage_error(pytester, flag, value, fragment):
     result = run_usage(pytester, f"{flag}={value}")

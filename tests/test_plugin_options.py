@@ -35,6 +35,7 @@ VALUES = {
     "endpoint": ("http://127.0.0.1:9/v1/audio/speech", "http://127.0.0.1:9/v1/audio/speech"),
     "workload": ("wl.jsonl", "wl.jsonl"),
     "requests": ("5", 5),
+    "max_audio_s": ("7.5", 7.5),
     "request_timeout": ("2.5", 2.5),
     "evidence_dir": ("ev", "ev"),
     "baseline": ("base", "base"),

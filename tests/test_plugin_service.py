@@ -135,7 +135,8 @@ def test_which_model_types_serve_speech(tmp_path):
                                ("S2UT", False), ("3StageS2ST", False), ("callable", True)):
         cfg = tmp_path / f"{model_type}.yaml"
         # a declaration cannot make a known text-out or speech-in type serve speech
-        cfg.write_text(f"general:\n  model_type: {model_type}\n  serves_speech: true\nstage1:\n  path: x.pt\n")
+        stages = "".join(f"stage{i}:\n  path: x.pt\n" for i in range(1, (3 if model_type == "3StageS2ST" else 1) + 1))
+        cfg.write_text(f"general:\n  model_type: {model_type}\n  serves_speech: true\n{stages}")
         assert load_case(cfg, {}, lambda name: None).serves_speech is serves, model_type
 
 
@@ -202,3 +203,29 @@ def test_a_case_name_with_slashes_stays_under_the_evidence_root(pytester, tmp_pa
     assert Path(data["evidence_dir"]).resolve().is_relative_to(root.resolve())
     outside = {p for p in tmp_path.rglob("*") if not p.resolve().is_relative_to(root.resolve())} - before
     assert {p for p in outside if p not in root.parents} == set()
+
+
+def test_external_endpoint_given_as_a_base_url(pytester, tmp_path):
+    """The README's own example, --s2st-endpoint http://127.0.0.1:PORT (and with a trailing /), against
+    a healthy server: every request succeeds, and the JSON shows the one normalised endpoint."""
+    cfg = write_tone_case(pytester.path)
+    identity = tmp_path / "id.json"
+    server = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--port", "0",
+                               "--identity-output", str(identity)])
+    try:
+        deadline = time.monotonic() + 60
+        while not identity.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        port = json.loads(identity.read_text())["port"]
+        pytester.makepyfile(test_service=SERVICE_TEST)
+        for base in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/"):
+            result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}",
+                                                   f"--s2st-endpoint={base}", "--s2st-concurrency=1",
+                                                   "--s2st-requests=2", "--benchmark-json=out.json")
+            result.assert_outcomes(passed=1)
+            data = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]
+            assert data["endpoint"] == f"http://127.0.0.1:{port}/v1/audio/speech"
+            assert data["summary"]["n_ok"] == 2 and data["verdict"]["status"] == "PASS"
+    finally:
+        server.kill()
+        server.wait()

@@ -124,6 +124,20 @@ def test_error_rate_increase_fails_with_value_and_limit(pair):
     assert v.reasons[0].startswith("error_rate increase 0.120 > 0.1 (mean of 7; worst c1-r2 0.840)")
 
 
+def test_speaker_drop_on_the_mean_aggregate(pair):
+    """The default aggregate gates the MEAN drop: one bad utterance within the mean passes, a mean
+    past the limit fails with the mean, the count and the worst utterance."""
+    base, cand = pair
+    n = len(EN_ITEMS + ZH_ITEMS) + 1  # the warm-up is scored too
+    v = judge(base, cand, scores_for(base, cand, sim={("candidate", "c1-r0"): 0.85 - 0.5}))
+    assert v.status == PASS, v.reasons  # mean drop 0.5 / 7 = 0.071 <= 0.1
+    drop = 0.1 * n + 0.07  # one utterance so bad that the mean passes the limit
+    v = judge(base, cand, scores_for(base, cand, sim={("candidate", "c1-r1"): 0.85 - drop}))
+    assert v.status == FAIL and len(v.reasons) == 1
+    assert v.reasons[0] == f"speaker_similarity drop {drop / n:.3f} > 0.1 (mean of {n}; worst c1-r1 {drop:.3f})"
+    assert v.metrics["quality"]["speaker_similarity drop"]["change_mean"] == pytest.approx(drop / n)
+
+
 def test_each_aggregate_names_the_utterance(pair):
     base, cand = pair
     policy = Policy.from_mapping({**POLICY.to_dict(), "aggregate": "each"}, "test")

@@ -348,3 +348,116 @@ def test_client_killed_mid_run_leaves_readable_evidence(tmp_path):
     for wav in (out / "wav").glob("*.wav"):  # no half-written file under a final name
         sf.read(wav, dtype="int16")
     assert not (out / "summary.json").exists()  # the run never finished: no summary claims otherwise
+
+
+async def _raw_sse_server(send):
+    """Raw loopback server: GET (the identity fetch) gets a 404; a POST gets ``send(writer)``, then a close."""
+    async def handle(reader, writer):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"POST"):
+                await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+                await send(writer)
+            else:
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def test_ttfa_is_the_first_non_empty_audio_not_the_first_byte(tmp_path):
+    """Headers, a comment and an audio event with no samples come 0.3 s apart before the first samples:
+    TTFA is send_t -> the server's own send time of the first non-empty audio, not any earlier byte."""
+    import base64
+
+    sent = {}
+
+    async def send(writer):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        for piece in (b": keep-alive\n", sse_event({"type": "audio", "index": 0, "pcm": "", "sample_rate": 8000})):
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.write(piece)
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        sent["first_audio"] = time.perf_counter()  # same process, same clock as the client's stamps
+        writer.write(sse_event({"type": "audio", "index": 1, "pcm": base64.b64encode(b"\x01\x00" * 4).decode(),
+                                "sample_rate": 8000}) + sse_event({"type": "done", "samples": 4}))
+
+    async def main():
+        server, base = await _raw_sse_server(send)
+        try:
+            return await run_load(base, WORKLOAD, 1, out_dir=tmp_path, warmups=0, requests=1)
+        finally:
+            server.close()
+
+    result = run(main())
+    r = result.records[0]
+    assert r["status"] == "ok", r["error"]
+    ttfa = runs.request_metrics(r)["ttfa_s"]
+    expected = sent["first_audio"] - result.t0_perf - r["send_t"]
+    assert ttfa >= 0.6 and abs(ttfa - expected) < 0.005, (ttfa, expected)
+    assert [n for _, n in r["chunks"]] == [0, 8] and r["chunks"][1][0] == r["first_audio_t"]
+    assert result.summary["ttfa_s"]["mean"] == pytest.approx(ttfa)
+
+
+def test_endpoint_given_as_a_base_url_uses_the_speech_path_everywhere(tmp_path):
+    """http://host:port and http://host:port/ mean .../v1/audio/speech: sent there, saved so, and the
+    same run dir takes all three spellings as one endpoint."""
+    async def main():
+        runner, base = await tone_server()
+        try:
+            out = []
+            for conc, endpoint in ((1, base), (2, base + "/"), (3, base + "/v1/audio/speech")):
+                out.append(await run_load(endpoint, WORKLOAD, conc, out_dir=tmp_path, warmups=0, requests=2))
+            return base, out
+        finally:
+            await runner.cleanup()
+
+    base, results = run(main())
+    assert all(r["status"] == "ok" for res in results for r in res.records)  # the server serves only that path
+    assert {res.endpoint for res in results} == {base + "/v1/audio/speech"}
+    saved = runs.read_summary(tmp_path)
+    assert saved["endpoint"] == base + "/v1/audio/speech" and set(saved["by_concurrency"]) == {"1", "2", "3"}
+    # the summary's own comparison normalises both sides
+    runs.write_summary(tmp_path, {}, concurrency=4, endpoint=base.upper().replace("HTTP", "http"), identity=None)
+    with pytest.raises(S2STError, match=r"holds runs against http://127\.0\.0\.1:\d+/v1/audio/speech, not http://"):
+        runs.write_summary(tmp_path, {}, concurrency=5, endpoint="http://127.0.0.2:1", identity=None)
+
+
+@pytest.mark.parametrize("endpoint, why", [
+    ("http://127.0.0.1:99999", "port is not a number in 1-65535"),
+    ("http://127.0.0.1:-5", "port is not a number in 1-65535"),
+    ("http://127.0.0.1:0", "port is not a number in 1-65535"),
+    ("http://127.0.0.1:abc", "port is not a number in 1-65535"),
+    ("ftp://127.0.0.1:21/x", "scheme 'ftp' is not http or https"),
+    ("127.0.0.1:8000", "scheme '(none)' is not http or https"),
+    ("http://user:pw@127.0.0.1:8000", "credentials"),
+    ("http://[::1", "Invalid IPv6 URL"),
+    ("http:///v1/audio/speech", "no host"),
+])
+def test_bad_endpoint_is_one_line_naming_it(tmp_path, endpoint, why):
+    with pytest.raises(S2STError) as e:
+        run(run_load(endpoint, WORKLOAD, 1, out_dir=tmp_path))
+    assert str(e.value).startswith(f"endpoint {endpoint!r}: {why}") and "\n" not in str(e.value)
+    assert not (tmp_path / runs.REQUESTS).exists()  # refused before anything was sent or written
+    with pytest.raises(S2STError, match="endpoint"):
+        runs.write_summary(tmp_path, {}, concurrency=1, endpoint=endpoint, identity=None)
+
+
+def test_normalize_endpoint_spellings():
+    from pytest_s2st.service.server import SPEECH_PATH
+
+    assert runs.SPEECH_PATH == SPEECH_PATH
+    n = runs.normalize_endpoint
+    assert n("http://127.0.0.1:8000") == n("http://127.0.0.1:8000/") == n(" HTTP://127.0.0.1:8000/v1/audio/speech#x ") \
+        == "http://127.0.0.1:8000/v1/audio/speech"
+    assert n("http://Example.ORG:80") == "http://example.org/v1/audio/speech"  # the default port is implied
+    assert n("https://h:443/tts?x=1") == "https://h/tts?x=1"
+    assert n("http://h:8000?x=1") == "http://h:8000/v1/audio/speech?x=1"  # the query is kept
+    assert n("http://[::1]:9") == "http://[::1]:9/v1/audio/speech"
+    assert n("http://h/a b\r\n") == "http://h/a%20b"  # nothing can break the request line
+    assert n("http://bücher.de/x") == "http://xn--bcher-kva.de/x"

@@ -62,6 +62,14 @@ async def malformed_base64(request):
     return await _sse(request, {**AUDIO, "pcm": "***"}, DONE)
 
 
+async def non_ascii_base64(request):
+    return await _sse(request, {**AUDIO, "pcm": "AAé="}, DONE)
+
+
+async def absurd_rate(request):  # would lift the PCM bound (max_audio_s * rate * 2) past any memory
+    return await _sse(request, {**AUDIO, "sample_rate": 10**9}, DONE)
+
+
 async def odd_bytes(request):
     return await _sse(request, {**AUDIO, "pcm": base64.b64encode(b"\x01\x02\x03").decode()}, DONE)
 
@@ -102,7 +110,7 @@ async def trickle_forever(request):
 
 
 ROUTES = {f.__name__: f for f in (ok, http500, busy, close_abruptly, end_without_done, malformed_json,
-                                  malformed_base64, odd_bytes, error_event, sha_mismatch, no_audio, not_sse,
+                                  malformed_base64, non_ascii_base64, absurd_rate, odd_bytes, error_event, sha_mismatch, no_audio, not_sse,
                                   stall_after_first_chunk, stall_before_headers, trickle_forever)}
 
 
@@ -117,6 +125,12 @@ async def misbehaving_server() -> tuple[web.AppRunner, str]:
     for name, handler in ROUTES.items():
         app.router.add_post(f"/{name}", handler)
     app.router.add_post("/every_other", every_other)
+
+    async def every_other_too_long(request):  # 40 bytes of PCM against max_audio_s=0.001 (16 bytes at 8 kHz)
+        counter["n"] += 1
+        return await (_sse(request, *[AUDIO] * 10, DONE) if counter["n"] % 2 else ok(request))
+
+    app.router.add_post("/every_other_too_long", every_other_too_long)
     runner, port = await serve_app(app, shutdown_timeout=0.2)
     return runner, f"http://127.0.0.1:{port}"
 
@@ -149,6 +163,8 @@ def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None 
         ("end_without_done", "stream ended before the done event", {}),
         ("malformed_json", "malformed SSE event", {}),
         ("malformed_base64", "not base64", {}),
+        ("non_ascii_base64", "malformed audio event 0: 'pcm' is not base64", {}),
+        ("absurd_rate", "malformed audio event 0: sample_rate 1000000000", {}),
         ("odd_bytes", "not whole int16 samples", {}),
         ("error_event", "server error event: out of device memory", {}),
         ("sha_mismatch", "pcm_sha256", {}),
@@ -189,6 +205,15 @@ def test_other_requests_continue_past_failures(tmp_path):
     statuses = [r["status"] for r in sorted(result.records, key=lambda r: r["index"])]
     assert statuses == ["error", "ok"] * 3
     assert result.summary["n_ok"] == 3 and result.summary["error_rate"] == 0.5
+
+
+def test_a_crossed_bound_fails_only_that_request(tmp_path):
+    result = load(tmp_path, "every_other_too_long", requests=6, warmups=1, max_audio_s=0.001)
+    by_index = sorted(result.measured, key=lambda r: r["index"])
+    assert [r["status"] for r in by_index] == ["ok", "error"] * 3  # the warm-up took the first answer
+    assert all(r["error"] == "response audio passed max_audio_s=0.001 (16 bytes at 8000 Hz)"
+               for r in by_index if r["status"] == "error")
+    assert len(runs.read_records(tmp_path)) == 7 and result.summary["n_ok"] == 3
 
 
 def test_total_time_bound_cancels_and_records_every_request(tmp_path):

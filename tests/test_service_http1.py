@@ -16,6 +16,7 @@ from pytest_s2st.service.client import request_head, run_load, speech_url
 from pytest_s2st.service.server import demo_tone_synthesizer, make_app
 
 REQUEST = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 async def raw_server(*answers: bytes, close_after: bool = False):
@@ -122,6 +123,21 @@ def test_body_until_close_and_a_server_closing_an_idle_connection():
     (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", http1.Disconnected, "mid-response"),
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel", http1.Disconnected, "mid-response"),
     (b"", http1.Disconnected, "before answering"),
+    # every buffered byte is bounded: headers, chunk-size and trailer lines, a chunk's announced size
+    (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70000 + b"\r\n\r\n", http1.TooLarge,
+     "response headers passed max_header_bytes=65536"),
+    (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 20000, http1.TooLarge, "response headers passed max_header_bytes=65536"),
+    (CHUNKED + b"1000000000\r\n" + b"a" * 1000, http1.TooLarge,
+     "a chunk of 68719476736 bytes passed max_chunk_bytes=67108864"),
+    (CHUNKED + b"5;" + b"x" * 9000 + b"\r\nhello\r\n", http1.TooLarge, "a chunk-size line passed max_line_bytes=8192"),
+    (CHUNKED + b"0\r\n" + (b"T: " + b"a" * 1000 + b"\r\n") * 70 + b"\r\n", http1.TooLarge,
+     "trailers passed max_header_bytes=65536"),
+    (b"HTTP/1.1 100 Continue\r\n\r\n" * 17, http1.ProtocolError, "more than 16 interim"),
+    # int() would take these
+    (CHUNKED + b"-1\r\nx\r\n", http1.ProtocolError, "bad chunk size"),
+    (CHUNKED + b"0x5\r\nhello\r\n0\r\n\r\n", http1.ProtocolError, "bad chunk size"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello", http1.ProtocolError, "bad Content-Length"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\nhello", http1.ProtocolError, "bad Content-Length"),
 ])
 def test_broken_responses_raise_with_a_reason(answer, error, message):
     async def main():
@@ -153,6 +169,25 @@ def test_a_stall_is_bounded_per_read():
         return loop.time() - t
 
     assert run(main()) < 5
+
+
+def test_chunk_data_is_passed_on_as_it_arrives():
+    """A chunk is never held whole (its size is the sender's claim): what arrived is yielded at once."""
+    async def main():
+        server, port, _ = await raw_server(CHUNKED + b"10\r\nhello")  # 16 bytes announced, 5 sent
+        conn = await http1.Connection.open("127.0.0.1", port, tls=False, timeout_s=2)
+        try:
+            conn.send(REQUEST)
+            await conn.response(2)
+            body = conn.body(1.0)
+            first = await body.__anext__()
+            await body.aclose()
+        finally:
+            conn.close()
+            server.close()
+        return first, conn.reusable
+
+    assert run(main()) == (b"hello", False)  # left mid-body: never reused
 
 
 def test_request_head_names_host_and_port():

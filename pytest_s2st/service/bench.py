@@ -88,7 +88,7 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
     writes the level's summary.json once, with the policy; ``timed(fn)`` runs the load."""
     import asyncio
 
-    from .client import run_load
+    from .client import MAX_AUDIO_S, run_load
     from .stats import METHODS
 
     holder: dict[str, Any] = {}
@@ -99,14 +99,15 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
         holder["result"] = asyncio.run(run_load(
             service.endpoint, workload, concurrency, out_dir=out_dir, warmups=settings["warmup"],
             timeout_s=float(settings["request_timeout"]), total_timeout_s=level_bound_s(settings, n, concurrency),
-            requests=settings.get("requests"), targets=targets, extra=extra))
+            requests=settings.get("requests"), targets=targets, extra=extra,
+            max_audio_s=float(settings.get("max_audio_s") or MAX_AUDIO_S)))
 
     timed(once)
     result = holder["result"]
     identity = result.identity or service.identity
     data = {
         "concurrency": concurrency,
-        "endpoint": service.endpoint,
+        "endpoint": result.endpoint,  # normalised: a base URL given by the user gains the default path
         "external": service.external,
         "streaming": bool((identity or {}).get("streaming", False)),
         "evidence_dir": str(out_dir),

@@ -13,6 +13,12 @@ level's entry in out_dir/summary.json (the caller's ``extra`` merged in; nobody 
 (connection refused, HTTP error, busy, broken or malformed stream, stall, killed server, run deadline)
 is that request's status "error" with a reason; the others go on; the run ends within its bound.
 
+Bounded memory: every byte a server sends is bounded from outside, so a server that never ends a
+response costs a bounded amount. ``max_audio_s`` (default 600 s of audio per request) sets the PCM kept
+(max_audio_s * sample_rate * 2 bytes; 48 kHz until the stream names its rate), one SSE event (its
+base64, never over 16 MiB), one HTTP chunk's announced size and the number of events; http1 bounds the
+response headers (64 KiB). A crossed bound is that request's error, naming the limit and its value.
+
 Clock: time.perf_counter(); record times are seconds since the run start (t0_perf), plus a
 wall-clock ``send_wall`` (epoch seconds). ``start_t``: the client began the request (a new
 connection's connect comes after it); ``send_t``: its bytes were handed to the socket, so the
@@ -24,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
+import functools
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -41,11 +48,15 @@ from yarl import URL
 from .. import runs
 from ..errors import S2STError
 from . import http1
-from .server import SPEECH_PATH
 from .stats import summarize
 
 _WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
-_MAX_LINE = 16 * 1024 * 1024  # one SSE line may carry a whole utterance's PCM (base64)
+MAX_AUDIO_S = 600.0  # run_load's default bound on the audio of one response
+_MAX_EVENT = 16 * 1024 * 1024  # one SSE event, whatever max_audio_s allows
+_EVENT_SLACK = 4096  # the JSON around one event's base64 PCM
+_DEFAULT_RATE = 48_000  # the PCM bound's rate until the stream names its own
+_MAX_RATE = 384_000  # a higher sample_rate is malformed (it would lift the PCM bound)
+_EVENTS_PER_AUDIO_S = 100  # one per 10 ms of the allowed audio: finer than streaming TTS sends
 
 
 class _Fail(Exception):
@@ -73,17 +84,87 @@ class LoadResult:
 
 
 def speech_url(endpoint: str) -> URL:
-    url = URL(endpoint)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise S2STError(f"endpoint {endpoint!r}: expected http://host:port[/v1/audio/speech]")
-    if url.path in ("", "/"):
-        url = url.with_path(SPEECH_PATH)
-    return url
+    """The endpoint in its one spelling (runs.normalize_endpoint), as a URL; S2STError when unusable."""
+    return URL(runs.normalize_endpoint(endpoint), encoded=True)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one response may make the client hold, all from ``max_audio_s``."""
+    max_audio_s: float
+
+    @functools.lru_cache(maxsize=16)  # (self, rate) -> bounds: computed once per rate, not per response
+    def at(self, rate: int | None) -> tuple[int, int, int]:
+        """(PCM bytes, SSE event bytes, HTTP chunk bytes) at ``rate``."""
+        return self.pcm_bytes(rate), self.event_bytes(rate), self.chunk_bytes(rate)
+
+    def pcm_bytes(self, rate: int | None) -> int:
+        return 2 * int(self.max_audio_s * (rate or _DEFAULT_RATE))
+
+    def event_bytes(self, rate: int | None) -> int:
+        """One SSE event: the base64 of one chunk holding all the allowed audio, at most 16 MiB."""
+        return min(_MAX_EVENT, 4 * -(-self.pcm_bytes(rate) // 3) + _EVENT_SLACK)
+
+    def chunk_bytes(self, rate: int | None) -> int:
+        """One HTTP chunk: a server may put the whole response in one."""
+        return 4 * -(-self.pcm_bytes(rate) // 3) + 64 * 1024
+
+    @property
+    def events(self) -> int:
+        return int(self.max_audio_s * _EVENTS_PER_AUDIO_S) + 100
+
+    def why(self, rate: int | None) -> str:
+        return f"max_audio_s={self.max_audio_s:g} at {rate or _DEFAULT_RATE} Hz"
+
+
+class _Events:
+    """SSE framing: body bytes in, whole events' data out; a line and an event are bounded."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits, self.rate = limits, None  # the rate the bound follows, once the stream names it
+        self.limit = limits.at(None)[1]
+        self._pending = bytearray()
+        self._data: list[bytes] = []
+        self._size = 0
+
+    def _check(self, n: int, what: str) -> None:
+        if n > self.limit:
+            raise _Fail(f"{what} passed max_event_bytes={self.limit} ({self.limits.why(self.rate)})")
+
+    def feed(self, piece: bytes) -> list[bytes]:
+        if b"\n" not in piece:
+            self._pending += piece
+            self._check(len(self._pending), "an SSE line")
+            return []
+        if self._pending:
+            self._pending += piece
+            piece = bytes(self._pending)
+        *lines, rest = piece.split(b"\n")  # usually the piece holds whole events: no copy before this
+        self._pending = bytearray(rest)
+        self._check(len(rest), "an SSE line")
+        events = []
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
+                self._size += len(value) + 1
+                self._check(self._size, "an SSE event")
+                self._data.append(value)
+            elif not line and self._data:  # comments / other fields are ignored; events end at a blank line
+                events.append(b"\n".join(self._data))
+                self._data, self._size = [], 0
+        return events
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def request_head(url: URL) -> bytes:
     """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow)."""
-    host = f"[{url.host}]" if ":" in (url.host or "") else url.host
+    host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else url.raw_host
     if url.port != {"http": 80, "https": 443}[url.scheme]:
         host = f"{host}:{url.port}"
     return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: pytest-s2st\r\n"
@@ -119,9 +200,12 @@ class _Run:
     timeout_s: float
     read_timeout_s: float
     t0: float
+    max_audio_s: float = MAX_AUDIO_S
+    limits: Limits = field(init=False)
     head: bytes = field(init=False)  # request line + fixed headers, built once
     slots: list[_Slot] = field(init=False)  # one per worker
     records: list[dict] = field(default_factory=list)
+    write_error: str | None = None  # the first record the writer thread could not write
     _fh: Any = None
     # One evidence-writer thread, FIFO: file IO never blocks the event loop that stamps chunk
     # arrivals (measured here: inline WAV writes raised the c=64 TTFA overhead p99 several-fold).
@@ -129,6 +213,7 @@ class _Run:
         1, thread_name_prefix="s2st-evidence", initializer=_background_priority))
 
     def __post_init__(self) -> None:
+        self.limits = Limits(self.max_audio_s)
         self.head = request_head(self.url)
         self.slots = [_Slot() for _ in range(self.concurrency)]
 
@@ -141,6 +226,12 @@ class _Run:
         self._io.submit(self._persist, record, pcm)
 
     def _persist(self, record: dict, pcm: bytes | None) -> None:
+        try:
+            self._persist_one(record, pcm)
+        except Exception as exc:  # a future nobody awaits would drop it: run_load raises it at the end
+            self.write_error = self.write_error or f"could not write record {record.get('id')}: {exc}"
+
+    def _persist_one(self, record: dict, pcm: bytes | None) -> None:
         """Writer thread: hash and check the PCM, write the WAV, then append the record.
         Off the event loop, so that none of it delays the TTFA stamps of the other streams."""
         if pcm is not None:
@@ -156,7 +247,10 @@ class _Run:
                 except Exception as exc:  # no WAV, no "ok": the evidence would be incomplete
                     record.update(status="error", audio_seconds=None, error=f"could not write {path}: {exc}")
         # the file stays open for the run; a flush per record gives the same durability as reopening
-        self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+        try:
+            self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+        except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
+            self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
@@ -199,6 +293,8 @@ class _Run:
             record["error"] = f"timeout: no complete response within {self.timeout_s:g} s"
         except http1.Disconnected as exc:
             record["error"] = str(exc)
+        except http1.TooLarge as exc:
+            record["error"] = f"response too large: {exc}"
         except http1.ProtocolError as exc:
             record["error"] = f"response broken mid-stream: {exc}"
         except OSError as exc:  # e.g. reset by a server that died
@@ -216,7 +312,7 @@ class _Run:
             return slot.conn
         slot.drop()
         try:
-            slot.conn = await http1.Connection.open(self.url.host, self.url.port, tls=self.url.scheme == "https",
+            slot.conn = await http1.Connection.open(self.url.raw_host, self.url.port, tls=self.url.scheme == "https",
                                                     timeout_s=self.timeout_s)
         except asyncio.TimeoutError:
             raise _Fail(f"connection failed: no connection within {self.timeout_s:g} s") from None
@@ -243,7 +339,7 @@ class _Run:
                     break
             try:
                 message = json.loads(raw).get("error", raw.decode(errors="replace"))
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 message = raw.decode(errors="replace").strip()
             raise _Fail(f"HTTP {resp.status}: {message}"[:500])
         if resp.content_type != "text/event-stream":
@@ -257,61 +353,60 @@ class _Run:
     async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray) -> dict | None:
         """SSE events off the body as it arrives; each piece stamped when read. After the done event
         the body is read to its end, so that the connection can carry the next request."""
-        data: list[bytes] = []
-        pending = b""
+        events = _Events(self.limits)
+        conn.max_chunk_bytes = self.limits.at(None)[2]
+        count = 0
         done = None
         async for piece in conn.body(self.read_timeout_s):
             t = self.now()
             if done is not None:
                 continue  # draining
-            pending += piece
-            if len(pending) > _MAX_LINE:
-                raise _Fail(f"SSE line too long: over {_MAX_LINE} bytes without a newline")
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                line = line.rstrip(b"\r")
-                if line.startswith(b"data:"):
-                    value = line[5:]
-                    data.append(value[1:] if value.startswith(b" ") else value)
-                    continue
-                if line or not data:  # comments / other SSE fields are ignored; events end at a blank line
-                    continue
-                event = self._parse(b"\n".join(data))
-                data = []
+            for raw in events.feed(piece):
+                count += 1
+                if count > self.limits.events:
+                    raise _Fail(f"response passed {self.limits.events} SSE events "
+                                f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
+                event = self._parse(raw)
                 kind = event.get("type")
                 if kind == "audio":
+                    rate = record["sample_rate"]
                     self._take_audio(event, t, record, pcm)
+                    if rate is None:  # the stream named its rate: the bounds follow it
+                        events.rate = record["sample_rate"]
+                        _, events.limit, conn.max_chunk_bytes = self.limits.at(events.rate)
                 elif kind == "done":
                     record["done_t"] = t
                     done = event
                     break
                 elif kind == "error":
-                    raise _Fail(f"server error event: {event.get('message')}")
+                    raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
         return done
 
     @staticmethod
     def _parse(raw: bytes) -> dict:
         try:
             event = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise _Fail(f"malformed SSE event: {raw[:80]!r}") from None
         if not isinstance(event, dict):
             raise _Fail(f"malformed SSE event (not an object): {raw[:80]!r}")
         return event
 
-    @staticmethod
-    def _take_audio(event: dict, t: float, record: dict, pcm: bytearray) -> None:
+    def _take_audio(self, event: dict, t: float, record: dict, pcm: bytearray) -> None:
         try:
             chunk = base64.b64decode(event["pcm"], validate=True)
-        except (KeyError, TypeError, binascii.Error):
-            raise _Fail(f"malformed audio event {event.get('index')}: 'pcm' is not base64") from None
+        except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
+            raise _Fail(f"malformed audio event {_short(event.get('index'))}: 'pcm' is not base64") from None
         rate = event.get("sample_rate")
-        if isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0:
-            raise _Fail(f"malformed audio event {event.get('index')}: sample_rate {rate!r}")
+        if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE:
+            raise _Fail(f"malformed audio event {_short(event.get('index'))}: sample_rate {_short(rate)}")
         if record["sample_rate"] not in (None, rate):
             raise _Fail(f"sample_rate changed mid-stream: {record['sample_rate']} -> {rate}")
         if len(chunk) % 2:
-            raise _Fail(f"audio event {event.get('index')}: {len(chunk)} bytes is not whole int16 samples")
+            raise _Fail(f"audio event {_short(event.get('index'))}: {len(chunk)} bytes is not whole int16 samples")
+        cap = self.limits.at(rate)[0]
+        if len(pcm) + len(chunk) > cap:
+            raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
         record["sample_rate"] = rate
         pcm.extend(chunk)
         record["chunks"].append([t, len(chunk)])
@@ -346,6 +441,8 @@ class _Run:
                 for slot in self.slots:
                     slot.drop()
                 await asyncio.to_thread(self.close)  # every queued record and WAV is on disk
+        if self.write_error:
+            raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.write_error}")
         return timed_out, warmup_wall, wall
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
@@ -411,17 +508,34 @@ async def fetch_identity(session: aiohttp.ClientSession, url: URL, timeout_s: fl
 
 # the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
 _LEVEL_KEYS = ("concurrency", "summary", "wall_s", "warmup_wall_s", "warmups", "requests", "timeout_s",
-               "read_timeout_s", "total_timeout_s", "timed_out", "started_wall", "t0_perf", "identity_error")
+               "read_timeout_s", "total_timeout_s", "max_audio_s", "timed_out", "started_wall", "t0_perf",
+               "identity_error")
+
+
+def _check_workload(workload: list[dict]) -> None:
+    """Every item can be sent: a request that cannot be built is refused here, before any is sent."""
+    if not workload:
+        raise S2STError("workload: no items")
+    for i, item in enumerate(workload):
+        if not isinstance(item, dict):
+            raise S2STError(f"workload item {i}: expected a dict, got {type(item).__name__}")
+        try:
+            json.dumps({key: item[key] for key in _WORKLOAD_FIELDS if key in item}, ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
+            raise S2STError(f"workload item {i} ({_short(item.get('id'))}): cannot be sent as UTF-8 JSON "
+                            f"({type(exc).__name__}: {_short(str(exc))})") from None
 
 
 def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: int | None, timeout_s: float,
-                total_timeout_s: float | None, extra: dict | None) -> None:
-    if not workload:
-        raise S2STError("workload: no items")
+                total_timeout_s: float | None, max_audio_s: float, extra: dict | None) -> None:
+    _check_workload(workload)
     if concurrency < 1 or warmups < 0 or (requests is not None and requests < 0):
         raise S2STError(f"concurrency={concurrency}, warmups={warmups}, requests={requests}: out of range")
     if timeout_s <= 0 or (total_timeout_s is not None and total_timeout_s <= 0):
         raise S2STError(f"timeout_s={timeout_s}, total_timeout_s={total_timeout_s}: must be positive")
+    if isinstance(max_audio_s, bool) or not isinstance(max_audio_s, (int, float)) or not (
+            math.isfinite(max_audio_s) and max_audio_s > 0):
+        raise S2STError(f"max_audio_s={max_audio_s!r}: must be a positive number of seconds")
     clash = sorted(set(extra or {}) & set(_LEVEL_KEYS))
     if clash:
         raise S2STError(f"run_load extra: {', '.join(clash)} are written by the load generator itself")
@@ -440,16 +554,23 @@ async def run_load(
     read_timeout_s: float | None = None,
     targets: dict | None = None,
     extra: dict[str, Any] | None = None,
+    max_audio_s: float = MAX_AUDIO_S,
 ) -> LoadResult:
     """Warm-ups, then ``requests`` (default: one pass over the workload) measured requests.
 
+    ``endpoint``: http(s)://host:port, the protocol's path (/v1/audio/speech) when none is given;
+    it is saved, and compared, as runs.normalize_endpoint spells it.
     ``timeout_s`` bounds each whole request; ``read_timeout_s`` (default timeout_s) bounds each
     read (a stall); ``total_timeout_s`` bounds the whole run, cancelled requests recorded as errors.
+    ``max_audio_s`` (default 600) bounds the audio of one response: more than max_audio_s *
+    sample_rate * 2 bytes of PCM is that request's error, and so is an SSE event, HTTP chunk or
+    event count no response within it needs (see Limits); the client's memory stays bounded.
     ``extra`` (e.g. {"policy": ..., "policy_fingerprint": ...}) is merged into this level's entry of
     summary.json, which run_load alone writes, once.
     """
-    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, extra)
+    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, max_audio_s, extra)
     url = speech_url(endpoint)
+    endpoint = str(url)
     out_dir = Path(out_dir)
     (out_dir / runs.WAV_DIR).mkdir(parents=True, exist_ok=True)
     _check_out_dir(out_dir, concurrency)
@@ -458,7 +579,7 @@ async def run_load(
 
     started_wall, t0 = time.time(), time.perf_counter()
     deadline = None if total_timeout_s is None else t0 + total_timeout_s
-    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0)
+    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, max_audio_s)
     async with aiohttp.ClientSession() as session:  # untimed: the server's identity only
         identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
     timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
@@ -467,12 +588,13 @@ async def run_load(
     level = {
         "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
         "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,
-        "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0, "identity_error": identity_error,
+        "max_audio_s": max_audio_s, "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0,
+        "identity_error": identity_error,
         **(extra or {}),
     }
-    runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=str(url), identity=identity, extra=level)
+    runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity, extra=level)
     return LoadResult(
-        endpoint=str(url), concurrency=concurrency, out_dir=out_dir, records=run.records, wall_s=wall,
+        endpoint=endpoint, concurrency=concurrency, out_dir=out_dir, records=run.records, wall_s=wall,
         warmup_wall_s=warmup_wall, summary=summary, identity=identity, t0_perf=t0, started_wall=started_wall,
         timed_out=timed_out, identity_error=identity_error,
     )

@@ -9,22 +9,34 @@ untimed GET /identity, stay on aiohttp.
 It speaks what a speech endpoint answers: a status line and headers, then a body framed by
 ``Transfer-Encoding: chunked``, by ``Content-Length``, or by the connection's close. Interim 1xx
 responses are skipped. Every read is bounded by ``read_timeout_s`` (a stall); the caller bounds
-the whole request.
+the whole request. Every byte it buffers is bounded too: the header block (``max_header_bytes``), a
+chunk-size or trailer line, and a chunk's announced size (``max_chunk_bytes``); chunk data is passed on
+as it arrives, never held whole. A crossed bound is TooLarge, naming the limit and its value.
 """
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable
 
-_STREAM_LIMIT = 8 * 1024 * 1024  # longest header block or chunk-size line accepted
+MAX_HEADER_BYTES = 64 * 1024  # status line + headers (aiohttp's server allows 8 KiB per line)
+MAX_CHUNK_BYTES = 64 * 1024 * 1024  # one chunk's announced size; the client sets its own from the workload
+_MAX_LINE = 8 * 1024  # a chunk-size line (hex + extensions) or one trailer line
+_MAX_INTERIM = 16  # 1xx responses before the final one
 _READ_SIZE = 256 * 1024
+_HEX = re.compile(rb"[0-9A-Fa-f]+")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class ProtocolError(Exception):
     """The response is not HTTP/1.1 as framed (bad status line, chunk size, ...)."""
+
+
+class TooLarge(ProtocolError):
+    """The response crossed one of the client's size bounds (the message names it and its value)."""
 
 
 class Disconnected(Exception):
@@ -69,6 +81,8 @@ class Connection:
         self.reusable = True  # False once a response leaves it in an unknown state or says close
         self._buf = bytearray()
         self._framing: tuple[str, int] = ("close", 0)
+        self.max_header_bytes = MAX_HEADER_BYTES
+        self.max_chunk_bytes = MAX_CHUNK_BYTES
 
     @classmethod
     async def open(cls, host: str, port: int, *, tls: bool, timeout_s: float) -> "Connection":
@@ -93,13 +107,16 @@ class Connection:
             raise Disconnected("server disconnected mid-response")
         self._buf += data
 
-    async def _until(self, sep: bytes, read_timeout_s: float) -> bytes:
+    async def _until(self, sep: bytes, read_timeout_s: float, limit: int, what: str) -> bytes:
+        """Up to and including ``sep``; TooLarge "<what>=<limit>" once more than ``limit`` bytes came without it."""
         start = 0
         while (end := self._buf.find(sep, start)) < 0:
-            if len(self._buf) > _STREAM_LIMIT:
-                raise ProtocolError(f"no {sep!r} within {_STREAM_LIMIT} bytes (headers or a chunk-size line)")
+            if len(self._buf) > limit:
+                raise TooLarge(f"{what}={limit}")
             start = max(0, len(self._buf) - len(sep) + 1)
             await self._fill(read_timeout_s)
+        if end > limit:  # found, but only after more than the bound had arrived in one read
+            raise TooLarge(f"{what}={limit}")
         end += len(sep)
         out = bytes(self._buf[:end])
         del self._buf[:end]
@@ -112,11 +129,20 @@ class Connection:
         del self._buf[:n]
         return out
 
+    async def _upto(self, n: int, read_timeout_s: float) -> bytes:
+        """At most ``n`` bytes: what is buffered, else one read's worth."""
+        if not self._buf:
+            await self._fill(read_timeout_s)
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
     async def response(self, read_timeout_s: float) -> Response:
         """Status line and headers of the next final (non-1xx) response."""
-        while True:
+        for _ in range(_MAX_INTERIM + 1):
             try:
-                head = await self._until(b"\r\n\r\n", read_timeout_s)
+                head = await self._until(b"\r\n\r\n", read_timeout_s, self.max_header_bytes,
+                                         "response headers passed max_header_bytes")
             except Disconnected:
                 raise Disconnected("server closed the connection before answering") from None
             lines = head[:-4].split(b"\r\n")
@@ -137,6 +163,7 @@ class Connection:
                 self.reusable = False
             self._framing = self._frame(status, headers)
             return Response(status, headers)
+        raise ProtocolError(f"more than {_MAX_INTERIM} interim (1xx) responses")
 
     def _frame(self, status: int, headers: dict[str, str]) -> tuple[str, int]:
         if status in (204, 304):
@@ -144,13 +171,9 @@ class Connection:
         if "chunked" in headers.get("transfer-encoding", "").lower():
             return "chunked", 0
         if "content-length" in headers:
-            try:
-                length = int(headers["content-length"])
-            except ValueError:
-                raise ProtocolError(f"bad Content-Length {headers['content-length']!r}") from None
-            if length < 0:
-                raise ProtocolError(f"bad Content-Length {length}")
-            return "length", length
+            if not _DIGITS.fullmatch(headers["content-length"]):  # int() would take "+5", "1_0", " 5"
+                raise ProtocolError(f"bad Content-Length {headers['content-length'][:40]!r}")
+            return "length", int(headers["content-length"])
         self.reusable = False  # the body ends when the server closes
         return "close", 0
 
@@ -159,26 +182,11 @@ class Connection:
         kind, length = self._framing
         try:
             if kind == "chunked":
-                while True:
-                    line = await self._until(b"\r\n", read_timeout_s)
-                    try:
-                        size = int(line.split(b";", 1)[0].strip(), 16)
-                    except ValueError:
-                        raise ProtocolError(f"bad chunk size line {line[:40]!r}") from None
-                    if size == 0:
-                        while await self._until(b"\r\n", read_timeout_s) != b"\r\n":
-                            pass  # trailer fields
-                        return
-                    data = await self._exactly(size + 2, read_timeout_s)
-                    if data[-2:] != b"\r\n":
-                        raise ProtocolError("chunk not followed by CRLF")
-                    yield data[:-2]
+                async for piece in self._chunked(read_timeout_s):
+                    yield piece
             elif kind == "length":
                 while length > 0:
-                    if not self._buf:
-                        await self._fill(read_timeout_s)
-                    data = bytes(self._buf[:length])
-                    del self._buf[:length]
+                    data = await self._upto(length, read_timeout_s)
                     length -= len(data)
                     yield data
             else:
@@ -194,6 +202,31 @@ class Connection:
         except BaseException:
             self.reusable = False  # left mid-body (stall, cancel, disconnect, protocol error): never reuse
             raise
+
+    async def _chunked(self, read_timeout_s: float) -> AsyncIterator[bytes]:
+        """Chunk data as it arrives (a chunk is never held whole: its size is the sender's claim)."""
+        while True:
+            line = await self._until(b"\r\n", read_timeout_s, _MAX_LINE, "a chunk-size line passed max_line_bytes")
+            digits = line.split(b";", 1)[0].strip()
+            if not _HEX.fullmatch(digits):  # int(x, 16) would take "-1", "0x1", "1_0"
+                raise ProtocolError(f"bad chunk size line {line[:40]!r}")
+            size = int(digits, 16)
+            if size > self.max_chunk_bytes:
+                raise TooLarge(f"a chunk of {size} bytes passed max_chunk_bytes={self.max_chunk_bytes}")
+            if size == 0:
+                trailers = 0
+                while (line := await self._until(b"\r\n", read_timeout_s, _MAX_LINE,
+                                                 "a trailer line passed max_line_bytes")) != b"\r\n":
+                    trailers += len(line)
+                    if trailers > self.max_header_bytes:
+                        raise TooLarge(f"trailers passed max_header_bytes={self.max_header_bytes}")
+                return
+            while size > 0:
+                data = await self._upto(size, read_timeout_s)
+                size -= len(data)
+                yield data
+            if await self._exactly(2, read_timeout_s) != b"\r\n":
+                raise ProtocolError("chunk not followed by CRLF")
 
     def close(self) -> None:
         self.reusable = False

@@ -6,6 +6,7 @@ Chinese and English and two voices, with fixed seeds: both sides of a comparison
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..errors import S2STError
@@ -14,6 +15,12 @@ DEFAULT_WORKLOAD = Path(__file__).resolve().parent.parent / "data" / "workload-d
 
 _REQUIRED = ("id", "text", "language", "voice", "seed")
 _OPTIONAL = ("instruct",)
+_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def _short(value: object) -> str:
+    text = repr(value)  # repr: one line, whatever the value holds
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_item(item: object, where: str, seen: set[str]) -> dict:
@@ -21,19 +28,24 @@ def _check_item(item: object, where: str, seen: set[str]) -> dict:
         raise S2STError(f"{where}: expected a JSON object, got {type(item).__name__}")
     for key in item:
         if key not in _REQUIRED + _OPTIONAL:
-            raise S2STError(f"{where}: unknown field {key!r}; fields are {', '.join(_REQUIRED + _OPTIONAL)}")
+            raise S2STError(f"{where}: unknown field {_short(key)}; fields are {', '.join(_REQUIRED + _OPTIONAL)}")
     for key in _REQUIRED:
         if key not in item:
             raise S2STError(f"{where}: missing field {key!r}")
     for key in ("id", "text", "language", "voice") + tuple(k for k in _OPTIONAL if k in item):
         value = item[key]
         if not isinstance(value, str) or not value.strip():
-            raise S2STError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
+            raise S2STError(f"{where}: field {key!r} must be a non-empty string, got {_short(value)}")
+        try:  # JSON's "\ud800" escape parses to a lone surrogate, which no request body can carry
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise S2STError(f"{where}: field {key!r} holds a lone surrogate {value[exc.start]!r} at character "
+                            f"{exc.start}, not valid Unicode text") from None
     seed = item["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise S2STError(f"{where}: field 'seed' must be an integer in [0, 2**63), got {seed!r}")
+        raise S2STError(f"{where}: field 'seed' must be an integer in [0, 2**63), got {_short(seed)}")
     if item["id"] in seen:
-        raise S2STError(f"{where}: field 'id' {item['id']!r} repeats an earlier line")
+        raise S2STError(f"{where}: field 'id' {_short(item['id'])} repeats an earlier line")
     seen.add(item["id"])
     return dict(item)
 
@@ -42,18 +54,19 @@ def load_workload(path: str | Path | None = None) -> list[dict]:
     """Validated workload items in file order; S2STError names file:line and the field at fault."""
     path = Path(path) if path is not None else DEFAULT_WORKLOAD
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise S2STError(f"{path}: cannot read workload ({exc})") from None
     items: list[dict] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # not splitlines(): it also cuts at U+2028, \x85, ... which JSON strings may hold as they are
+    for lineno, line in enumerate(_LINES.split(text), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
             item = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise S2STError(f"{where}: not valid JSON ({exc})") from None
         items.append(_check_item(item, where, seen))
     if not items:
