@@ -112,14 +112,25 @@ def _collect_lines(node: yaml.Node, prefix: str, out: dict[str, int]) -> None:
             _collect_lines(item, key, out)
 
 
+MAX_CONFIG_CHARS = 1_000_000  # a benchmark config is a few dozen lines; anything near this is not one
+
+
 def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
     try:
+        size = path.stat().st_size if path.is_file() else 0
+        if size > MAX_CONFIG_CHARS * 4:  # utf-8: at most 4 bytes a character; never read a huge file whole
+            raise S2STError(f"{path}: config file is {size} bytes, more than a config can be")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise S2STError(f"{path}: config file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise S2STError(f"{path}: cannot read config file: {e}") from None
-    loader = _StrictSafeLoader(text)
+    if len(text) > MAX_CONFIG_CHARS:
+        raise S2STError(f"{path}: config file is {len(text)} characters, more than {MAX_CONFIG_CHARS}")
+    try:
+        loader = _StrictSafeLoader(text)  # its reader refuses non-printable characters at once
+    except yaml.YAMLError as e:
+        raise S2STError(f"{path}: YAML syntax error: {' '.join(str(e).split())}") from None
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
