@@ -214,9 +214,12 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count, iterations=1, warmup_rounds=0)
             return timer_name(timer)
 
-        measure_pipeline(pipeline, list(dataset), run_settings, case_id=measurement.case_id,
-                         drive_timing=drive, measurement=measurement,
-                         progress=_progress_writer(request.config, measurement.case_id))
+        try:
+            measure_pipeline(pipeline, list(dataset), run_settings, case_id=measurement.case_id,
+                             drive_timing=drive, measurement=measurement,
+                             progress=_progress_writer(request.config, measurement.case_id))
+        except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
+            fail(exc)
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if settings.get("dump_dir"):
             _dump(measurement, case, settings["dump_dir"])

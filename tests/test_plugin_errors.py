@@ -221,3 +221,25 @@ def test_a_cascade_with_the_wrong_number_of_stages_stops_the_session(pytester, m
     cfg.write_text(cfg.read_text().replace("model_type: callable", f"model_type: {model_type}"))
     result = run_usage(pytester, f"--s2st-config={cfg}")
     assert_one_clear_line(result, "casc.yaml", f"model_type {model_type} {wanted}")
+
+
+REFUSING_PY = '''
+from pytest_s2st.errors import S2STError
+
+def build_refusing():
+    def forward(sample):
+        raise S2STError("stage1: the model emitted 1 frame(s); Griffin-Lim needs at least 4")
+    return forward
+'''
+
+
+def test_a_models_one_line_refusal_is_one_line_not_a_traceback(pytester):
+    (pytester.path / "refusing.py").write_text(REFUSING_PY)
+    cfg = write_case(pytester.path, "ref", ["build_numpy"])
+    cfg.write_text(cfg.read_text().replace("models.py:build_numpy", "refusing.py:build_refusing"))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}")
+    result.assert_outcomes(failed=1)
+    assert_one_clear_line(result, "Griffin-Lim needs at least 4")
+    text = result.stdout.str()
+    assert "raise S2STError" not in text and "runner.py" not in text, text  # no frames, just the line
