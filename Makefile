@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 EXTRAS ?= dev,fairseq,papi,quality,qwen
+# where torch comes from: empty = pip's default; CI on GitHub runners sets PyTorch's CPU wheel index
+TORCH_INDEX ?=
 comma := ,
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
@@ -20,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
 	echo "$(TORCH)" > $(VENV)/constraints.txt
 	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
 	case ",$(EXTRAS)," in *,quality,*) $(PY) -m pip install -q --no-deps resemblyzer==0.1.4;; esac

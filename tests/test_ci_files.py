@@ -43,3 +43,22 @@ def test_every_option_is_documented_in_the_readme():
         assert setting.ini in readme, setting.ini
     for marker in ("s2st_budget", "s2st_models", "s2st_gate"):
         assert marker in readme
+
+
+def test_workflow_passes_the_security_linter():
+    """zizmor (offline): every action pinned to a commit, no persisted checkout credentials."""
+    exe = shutil.which("zizmor") or str(Path(sys.executable).parent / "zizmor")
+    out = subprocess.run([exe, "--offline", "--min-severity", "medium", str(ROOT / ".github/workflows/ci.yml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_workflow_uploads_the_hidden_benchmark_folder_and_installs_cpu_torch():
+    steps = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]["cpu"]["steps"]
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    # upload-artifact v4 leaves dot-folders out unless asked: .benchmarks would upload nothing
+    assert upload["with"]["path"] == ".benchmarks" and upload["with"]["include-hidden-files"] is True
+    for step in steps:
+        if "make test" in step.get("run", "") or "make bench" in step.get("run", ""):
+            assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in step["run"], step["run"]
+    assert all("@" in s["uses"] and len(s["uses"].split("@")[1].split()[0]) == 40 for s in steps if "uses" in s)
