@@ -228,3 +228,173 @@ def test_set_threads_and_runtime_info_with_torch(monkeypatch):
 def test_set_threads_rejects_bad_values(bad):
     with pytest.raises(S2STError, match="--s2st-threads="):
         set_threads(bad)
+
+
+# --- device choice and records against stand-ins (added from a mutation-testing pass) ---------------------
+
+
+def _fake_torch_logging_peak(monkeypatch, attr: str, n_devices: int = 2):
+    """_fake_torch whose max_memory_allocated depends on (and logs) the index asked for."""
+    log = _fake_torch(monkeypatch, attr, n_devices)
+    api = getattr(sys.modules["torch"], attr)
+    api.max_memory_allocated = lambda i=None: log.append(("peak", i)) or (i + 1) * MIB
+    return log, api
+
+
+def test_cpu_record_says_why_there_is_no_device_memory():
+    assert Device().peak_mib().to_dict() == {"value": None, "method": "none", "reason": "no device memory on cpu"}
+
+
+def test_cpu_is_cpu_even_when_cuda_is_there(monkeypatch):
+    _fake_torch(monkeypatch, "cuda")
+    assert type(resolve_device("cpu")) is Device and type(resolve_device(" CPU ")) is Device
+    assert isinstance(resolve_device("auto"), CudaDevice)
+
+
+@pytest.mark.parametrize("attr", ["cuda", "npu"])
+def test_accelerator_peak_is_the_asked_device_in_mib(monkeypatch, attr):
+    log, _ = _fake_torch_logging_peak(monkeypatch, attr)
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    d = resolve_device(f"{attr}:1")
+    assert d.torch_device == f"{attr}:1"
+    assert d.peak_mib().to_dict() == {"value": 2.0, "method": f"torch.{attr}.max_memory_allocated",
+                                      "details": {"device": f"{attr}:1"}}
+    assert ("peak", 1) in log
+
+
+@pytest.mark.parametrize("attr", ["cuda", "npu"])
+def test_index_beyond_the_visible_devices_is_refused(monkeypatch, attr):
+    _fake_torch(monkeypatch, attr, n_devices=2)
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    assert one_line_error(f"{attr}:2") == f"--s2st-device={attr}:2: only 2 {attr} device(s) visible"
+
+
+def test_describe_survives_a_failing_device_name(monkeypatch):
+    _fake_torch(monkeypatch, "cuda")
+
+    def no_name(i=None):
+        raise RuntimeError("driver gone")
+
+    sys.modules["torch"].cuda.get_device_name = no_name
+    assert resolve_device("cuda:0").describe() == {
+        "name": "cuda", "index": 0, "torch": "0.fake", "torch_device_name": None,
+        "torch_device_name_error": "RuntimeError: driver gone"}
+
+
+def test_npu_describe_reports_torch_npu_version(monkeypatch):
+    _fake_torch(monkeypatch, "npu")
+    torch_npu = types.ModuleType("torch_npu")
+    torch_npu.__version__ = "2.13.0.fake"
+    monkeypatch.setitem(sys.modules, "torch_npu", torch_npu)
+    out = resolve_device("npu").describe()
+    assert out == {"name": "npu", "index": 0, "torch": "0.fake", "torch_device_name": "Fake npu 0",
+                   "torch_npu": "2.13.0.fake"}
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))  # no __version__
+    assert resolve_device("npu").describe()["torch_npu"] is None
+
+
+def test_npu_loaded_but_unavailable_is_one_line(monkeypatch):
+    _fake_torch(monkeypatch, "npu")
+    sys.modules["torch"].npu.is_available = lambda: False
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    assert one_line_error("npu") == "--s2st-device=npu: torch_npu is loaded but no NPU is available"
+
+
+def test_auto_picks_npu_only_when_torch_npu_was_imported(monkeypatch):
+    _fake_torch(monkeypatch, "npu")
+    sys.modules["torch"].npu.current_device = lambda: 1
+    assert type(resolve_device("auto")) is Device  # torch.npu works, but torch_npu was never imported
+    monkeypatch.setitem(sys.modules, "torch_npu", types.ModuleType("torch_npu"))
+    d = resolve_device("auto")
+    assert isinstance(d, NpuDevice) and d.torch_device == "npu:1"
+
+
+def test_auto_asks_for_torch_only_when_it_is_not_loaded(monkeypatch):
+    # device.py sees no torch in sys.modules; find_spec decides whether `import torch` is tried at all.
+    # The torch that `import torch` would get is a stand-in with a CUDA device.
+    _fake_torch(monkeypatch, "cuda")
+    asked = []
+    spec = {"torch": None}
+    fake_util = types.SimpleNamespace(find_spec=lambda name: asked.append(name) or spec.get(name))
+    monkeypatch.setattr(device_mod, "importlib", types.SimpleNamespace(util=fake_util))
+    monkeypatch.setattr(device_mod, "sys", types.SimpleNamespace(modules={}))
+    assert type(resolve_device("auto")) is Device and asked == ["torch"]  # not installed: not imported
+    spec["torch"] = object()
+    assert isinstance(resolve_device("auto"), CudaDevice) and asked == ["torch", "torch"]
+
+
+def test_cuda_unavailable_says_why(monkeypatch):
+    _fake_torch(monkeypatch, "cuda")
+    fake = sys.modules["torch"]
+    fake.cuda.is_available = lambda: False
+    assert one_line_error("cuda") == "--s2st-device=cuda: CUDA is not available (no CUDA device visible, torch 0.fake)"
+    fake.version.cuda = None
+    assert one_line_error("cuda") == "--s2st-device=cuda: CUDA is not available (torch is a CPU-only build, torch 0.fake)"
+
+
+def test_cuda_without_importable_torch_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert one_line_error("cuda:0") == ("--s2st-device=cuda:0: torch cannot be imported "
+                                        "(import of torch halted; None in sys.modules)")
+
+
+def test_npu_load_failure_without_a_message_names_the_exception(monkeypatch):
+    def broken():
+        raise OSError()
+
+    monkeypatch.setattr(device_mod, "_load_torch_npu", broken)
+    assert one_line_error("npu").endswith("(Ascend CANN missing?): OSError")
+
+
+def test_npu_before_torch_disables_backend_autoload(monkeypatch):
+    # device.py sees no torch loaded: it must switch torch's backend autoload off before importing anything.
+    monkeypatch.setattr(device_mod, "sys", types.SimpleNamespace(modules={}))
+    monkeypatch.delenv("TORCH_DEVICE_BACKEND_AUTOLOAD", raising=False)
+    assert "torch_npu cannot be loaded" in one_line_error("npu")  # torch_npu is not installed here
+    assert os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+
+
+@pytest.mark.parametrize("asked", ["auto:0", "auto:1", "cpu:1"])
+def test_auto_and_cpu_take_no_index(asked):
+    assert "expected one of auto, cpu, cuda, npu" in one_line_error(asked)
+
+
+# --- determinism --------------------------------------------------------------------------------------------
+
+
+def test_seed_everything_default_seed_is_1(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")  # random and numpy only: leave torch's global flags alone
+    seed_everything()
+    a = (random.random(), float(np.random.rand()))
+    seed_everything(1)
+    assert (random.random(), float(np.random.rand())) == a
+
+
+def test_seed_everything_without_numpy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "numpy", None)
+    monkeypatch.delitem(sys.modules, "torch")
+    seed_everything(9)
+    a = random.random()
+    seed_everything(9)
+    assert random.random() == a
+
+
+def test_seed_everything_with_torch_sets_the_cublas_workspace(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        seed_everything(2)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")  # a user's own setting is kept
+        seed_everything(2)
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_runtime_info_without_torch_in_process(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert runtime_info() == {"threads": None, "torch": None, "omp_num_threads": None}
+    assert set_threads(3) is None

@@ -184,3 +184,123 @@ def test_unknown_method_is_one_line_error():
     with pytest.raises(S2STError) as err:
         count_flops("fvcore", lambda: None)
     assert "--s2st-flops=fvcore" in str(err.value) and "\n" not in str(err.value)
+
+
+# --- known truths for the call, the record and every PAPI stage (added from a mutation-testing pass) ------
+
+
+def test_torch_counter_passes_args_and_kwargs_and_prints_nothing(capsys):
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    out, metric = count_flops("torch", lambda x, y, *, scale: torch.mm(x, y) * scale, a, b, scale=2.0)
+    assert torch.equal(out, torch.full((2, 4), 6.0))
+    assert metric.value == 2 * 2 * 3 * 4
+    assert capsys.readouterr().out == ""  # display=False: no table on stdout
+
+
+def test_ops_inside_the_counter_keep_their_keyword_arguments():
+    # aten.zeros gets dtype as a keyword: the op counter must forward it, or the model computes something else.
+    out, metric = count_flops("torch", lambda n: torch.zeros(n, dtype=torch.float64), 3)
+    assert out.dtype == torch.float64 and metric.value == 0
+    out, _ = count_flops("torch", lambda t: t.sum(dim=0, keepdim=True), torch.ones(2, 3))
+    assert out.shape == (1, 3) and torch.equal(out, torch.full((1, 3), 2.0))
+
+
+def test_dispatched_ops_are_counted_one_each():
+    # mul, add, relu: three aten ops
+    _, metric = count_flops("torch", lambda t: (t * 2 + 1).relu(), torch.ones(8))
+    assert metric.details["dispatched_ops"] == 3
+
+
+def test_missing_torch_records_name_method_and_exception(monkeypatch):
+    out, metric = count_flops("torch", lambda: "ran")  # no torch op ran
+    assert out == "ran" and metric.method == TORCH_METHOD and metric.value is None
+    monkeypatch.setitem(sys.modules, "torch.utils.flop_counter", None)
+    out, metric = count_flops("torch", lambda a, *, b: a + b, 1, b=2)
+    assert out == 3 and metric.method == TORCH_METHOD
+    assert metric.reason.startswith("torch is not importable (ModuleNotFoundError: ")
+
+
+def test_off_and_unknown_method_records():
+    out, metric = count_flops("off", lambda a, *, b: a * b, 6, b=7)
+    assert out == 42 and metric.method == "off" and metric.to_dict() == {
+        "value": None, "method": "off", "reason": "FLOP counting disabled (--s2st-flops=off)"}
+    with pytest.raises(S2STError) as err:
+        count_flops("fvcore", lambda: None)
+    assert str(err.value) == "--s2st-flops=fvcore: unknown method, expected one of torch, papi, off"
+
+
+def test_papi_not_installed_passes_args_and_names_the_exception(monkeypatch):
+    for name in ("pypapi", "pypapi.papi_low", "pypapi.events"):
+        monkeypatch.setitem(sys.modules, name, None)
+    out, metric = count_flops("papi", lambda a, *, b: a - b, 5, b=2)
+    assert out == 3
+    assert metric.reason.startswith("python-papi is not importable (ModuleNotFoundError: ")
+
+
+def test_papi_success_record_and_call_arguments(monkeypatch):
+    log = []
+    _fake_papi(monkeypatch, [7, 0], log)
+    out, metric = count_flops("papi", lambda a, *, b: a + b, 1, b=2)
+    assert out == 3
+    assert metric.to_dict() == {"value": 7, "method": "papi", "details": {
+        "by_event": {"PAPI_SP_OPS": 7, "PAPI_DP_OPS": 0},
+        "note": "hardware counters: whole thread, every FP instruction"}}
+
+
+def _failing_papi(monkeypatch, fail: str, log, disabled: str | None = "no PMU"):
+    """The fake PAPI with one stage raising; get_component_info describes the CPU component."""
+    _fake_papi(monkeypatch, [1, 2], log)
+    low = sys.modules["pypapi.papi_low"]
+    if fail == "library_init":
+        low.is_initialized = lambda: 0
+
+    def boom(*_):
+        log.append(("raise", fail))
+        raise RuntimeError(f"{fail} broke")
+
+    setattr(low, fail, boom)
+    low.get_component_info = lambda i: types.SimpleNamespace(
+        name=f"perf_event#{i}", num_cntrs=0, disabled=1 if disabled else 0, disabled_reason=disabled)
+    return low
+
+
+@pytest.mark.parametrize("fail, stage", [("library_init", "library_init"), ("create_eventset", "create_eventset"),
+                                         ("add_event", "add_event(PAPI_SP_OPS)"), ("start", "start")])
+def test_papi_setup_failure_names_the_stage_runs_fn_once_and_releases(monkeypatch, fail, stage):
+    log = []
+    _failing_papi(monkeypatch, fail, log)
+    calls = []
+    out, metric = count_flops("papi", lambda a, *, b: calls.append(1) or a + b, 1, b=2)
+    assert out == 3 and calls == [1]
+    assert metric.value is None and metric.method == "papi"
+    assert metric.reason == (f"PAPI {stage} failed (RuntimeError: {fail} broke); "
+                             "PAPI component perf_event#0: 0 hardware counters, disabled (no PMU)")
+    released = [e for e in log if e[0] in ("stop", "cleanup", "destroy")]
+    if fail in ("library_init", "create_eventset"):
+        assert released == []  # no eventset was made: nothing to free
+    else:  # an eventset exists but never started: freed, not stopped
+        assert released == [("cleanup", 7), ("destroy", 7)]
+
+
+def test_papi_cpu_state_without_a_disabled_reason_and_when_it_cannot_tell(monkeypatch):
+    log = []
+    low = _failing_papi(monkeypatch, "start", log, disabled=None)
+    _, metric = count_flops("papi", lambda: None)
+    assert metric.reason == "PAPI start failed (RuntimeError: start broke); PAPI component perf_event#0: 0 hardware counters"
+
+    def no_info(i):
+        raise RuntimeError("no component")
+
+    low.get_component_info = no_info
+    _, metric = count_flops("papi", lambda: None)
+    assert metric.reason == "PAPI start failed (RuntimeError: start broke)"
+
+
+def test_papi_stop_failure_keeps_the_result_and_releases_without_a_second_stop(monkeypatch):
+    log = []
+    _failing_papi(monkeypatch, "stop", log)
+    out, metric = count_flops("papi", lambda: "ran")
+    assert out == "ran"
+    assert metric.to_dict() == {"value": None, "method": "papi", "reason": "PAPI stop failed (RuntimeError: stop broke)"}
+    assert [e for e in log if e[0] in ("raise", "cleanup", "destroy")] == [
+        ("raise", "stop"), ("cleanup", 7), ("destroy", 7)]

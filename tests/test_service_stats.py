@@ -80,3 +80,57 @@ def test_request_metrics_needs_ok_status_and_audio():
 def test_unknown_target_is_refused():
     with pytest.raises(ValueError, match="latency"):
         summarize(RECORDS, wall_s=1.0, targets={"latency": 1.0})
+
+
+# --- boundaries and the reasons for missing numbers (added from a mutation-testing pass) -------------------
+
+
+def test_wall_s_and_throughput_need_a_positive_duration():
+    for wall in (0.5, 5.0):  # below one second is still a duration
+        s = summarize(RECORDS, wall_s=wall)
+        assert s["wall_s"] == wall and s["throughput"] == approx(7.0 / wall) and "throughput" not in s["reasons"]
+    for wall in (0.0, -2.0, None):
+        s = summarize(RECORDS, wall_s=wall, targets={"rtf": 1.0})
+        assert s["wall_s"] is None and s["throughput"] is None
+        assert s["reasons"]["throughput"] == f"wall_s={wall!r} is not a positive duration"
+        assert s["goodput"]["per_s"] is None and s["goodput"]["n_good"] == 2  # counts need no clock
+
+
+def test_goodput_per_second_below_one_second_of_wall():
+    s = summarize(RECORDS, wall_s=0.5, targets={"ttfa_s": 0.6, "rtf": 1.0})
+    assert s["goodput"] == {"targets": {"ttfa_s": 0.6, "rtf": 1.0}, "n_good": 2, "fraction": approx(0.5),
+                            "per_s": approx(4.0)}
+
+
+def test_goodput_target_is_met_at_equality():
+    # r0: ttfa 0.5 and rtf 0.5 exactly (binary fractions, no rounding), r1 below both; "meets" means <=
+    s = summarize(RECORDS, wall_s=5.0, targets={"ttfa_s": 0.5, "rtf": 0.5})
+    assert s["goodput"]["n_good"] == 2
+    s = summarize(RECORDS, wall_s=5.0, targets={"rtf": 0.25})  # r1: 1.0 / 4.0 exactly
+    assert s["goodput"]["n_good"] == 1
+
+
+def test_nothing_measured_is_none_with_reasons():
+    warm_only = [rec(0.0, 0.5, 1.0, 2.0, warmup=True)]
+    for records in ([], warm_only):
+        s = summarize(records, wall_s=3.0, targets={"rtf": 1.0})
+        assert s["n"] == 0 and s["error_rate"] is None and s["throughput"] is None
+        assert s["goodput"] == {"targets": {"rtf": 1.0}, "n_good": None, "fraction": None, "per_s": None}
+        assert s["reasons"] == {"all": "no measured (non-warm-up) requests"}
+
+
+def test_no_targets_reason():
+    assert summarize(RECORDS, wall_s=5.0)["reasons"] == {"goodput": "no targets given"}
+
+
+def test_ok_request_without_audio_seconds_adds_no_audio():
+    records = RECORDS + [{"status": "ok", "send_t": 0.0, "first_audio_t": 0.1, "done_t": 0.2}]
+    s = summarize(records, wall_s=5.0)
+    assert s["n_ok"] == 4 and s["audio_seconds"] == approx(7.0) and s["throughput"] == approx(7.0 / 5.0)
+    assert s["rtf"]["n"] == 3 and s["ttfa_s"]["n"] == 4
+
+
+def test_unknown_target_message_lists_the_known_ones():
+    with pytest.raises(ValueError) as e:
+        summarize(RECORDS, wall_s=1.0, targets={"latency": 1.0})
+    assert str(e.value) == "goodput target 'latency': known targets are ttfa_s, rtf"

@@ -160,8 +160,11 @@ def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> tu
             usable = usable and ok
             if wav is not None:
                 facts[side] = wav
-        if usable and len(facts) == 2 and facts["baseline"][1] > 0:
-            durations[rid] = (facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0
+        if usable and len(facts) == 2:
+            if facts["baseline"][1] > 0:
+                durations[rid] = (facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0
+            elif judge.policy.max_duration_change_pct is not None:  # no change % from 0 s: unavailable, not 0
+                judge.missing.append(f"duration change unavailable for {rid}: the baseline WAV is empty")
     return quality, durations
 
 
