@@ -1,18 +1,30 @@
 """Benchmark datasets: the upstream fairseq npy and raw (wav2vec2 tsv) formats, random
 generation, subsets and stats (upstream ``data_utils.py``).
 
-A sample is ``{"id": ..., "net_input": {"src_tokens": array|tensor, "src_lengths": array|tensor}}``.
-Upstream files hold torch tensors; what this module creates holds numpy arrays (torch-free).
+A sample is ``{"id": ..., "net_input": {"src_tokens": array|tensor, "src_lengths": array|tensor}}``;
+one without an id (upstream's generate_random_dataset writes none) gets its index as id.
+Upstream files hold torch tensors: ``save_npy_dataset(..., torch_tensors=True)`` writes them so.
 Reading an npy dataset never executes pickled code: object arrays go through a restricted
-unpickler that only rebuilds containers, numbers, strings, numpy arrays and torch tensors.
+unpickler whose allow-list (``_ALLOWED_GLOBALS``) only rebuilds containers, numbers, strings,
+numpy arrays and CPU torch tensors. What the loaders read from outside is bounded by ``LIMITS``;
+a crossed bound, like any bad input, is one S2STError line.
 """
 from __future__ import annotations
 
+import collections
+import copyreg
 import io
+import math
 import os
 import pickle
+import pickletools
 import random
 import re
+import stat
+import struct
+import sys
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,30 +34,86 @@ from .errors import S2STError
 
 DATASET_KINDS = ("npy", "raw", "text")
 
+_MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what the dataset loaders read from outside; every loader checks them here."""
+
+    samples: int = 100_000  # samples in one dataset: npy objects, manifest entries, jsonl items
+    line_chars: int = 65_536  # one tsv manifest or jsonl line
+    text_bytes: int = 64 * _MIB  # one tsv manifest or jsonl file
+    npy_bytes: int = 8192 * _MIB  # one npy file (a long 500-sample fbank subset is ~0.5 GiB)
+    npy_header_bytes: int = 10_000  # the npy header dict (numpy's own default cap)
+    pickle_ops: int = 5_000_000  # opcodes of an npy's pickle: each may build an object (memory)
+    audio_bytes: int = 2048 * _MIB  # one audio file of a raw dataset
+    audio_samples: int = 2**28  # frames x channels of one audio file (~4.7 h at 16 kHz)
+    audio_samples_total: int = 2**30  # the same, summed over a raw dataset (4 GiB as float32)
+
+
+LIMITS = Limits()
+
+# universal newlines, as fairseq's text-mode reads see them (not str.splitlines: U+2028 etc.)
+_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def _over(where: Any, what: str, value: Any, field: str) -> S2STError:
+    return S2STError(f"{where}: {what} ({value}) exceeds LIMITS.{field} = {getattr(LIMITS, field)}")
+
+
+def _show(value: Any, limit: int = 4200) -> str:
+    """Outside text in a message: kept on one line (non-printables escaped) and cut short."""
+    text = str(value)
+    if not text.isprintable():
+        text = repr(text)[1:-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    """Outside text quoted in a message: repr keeps it on one line."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _regular_size(path: Path, what: str, field: str) -> int:
+    """Size of a regular file within LIMITS.<field>; FIFOs and devices are refused (a read
+    could hang or never end)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise S2STError(f"{_show(path)}: {what} not found") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise S2STError(f"{_show(path)}: cannot read {what}: {_reason(e)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise S2STError(f"{_show(path)}: {what} is not a regular file")
+    if st.st_size > getattr(LIMITS, field):
+        raise _over(_show(path), f"{what} size", f"{st.st_size} bytes", field)
+    return st.st_size
+
+
+def _text_lines(path: Path, what: str, encoding: str) -> list[str]:
+    """The lines of a bounded text file (size and each line's length)."""
+    _regular_size(path, what, "text_bytes")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(LIMITS.text_bytes + 1)  # + 1: a file that grew since stat() is still caught
+        text = data.decode(encoding)
+    except (OSError, UnicodeDecodeError) as e:
+        raise S2STError(f"{_show(path)}: cannot read {what}: {_reason(e)}") from None
+    if len(data) > LIMITS.text_bytes:
+        raise _over(_show(path), f"{what} size", f"over {LIMITS.text_bytes} bytes", "text_bytes")
+    lines = _LINES.split(text)
+    for n, line in enumerate(lines, 1):
+        if len(line) > LIMITS.line_chars:
+            raise _over(f"{_show(path)}:{n}", "line length", f"{len(line)} characters", "line_chars")
+    return lines
+
+
 # ---------------------------------------------------------------- safe npy reading
-
-_NUMPY_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"): lambda: _np_core().multiarray._reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): lambda: _np_core().multiarray._reconstruct,
-    ("numpy.core.multiarray", "scalar"): lambda: _np_core().multiarray.scalar,
-    ("numpy._core.multiarray", "scalar"): lambda: _np_core().multiarray.scalar,
-    ("numpy.core.numeric", "_frombuffer"): lambda: _np_core().numeric._frombuffer,  # pickle protocol 5
-    ("numpy._core.numeric", "_frombuffer"): lambda: _np_core().numeric._frombuffer,
-    ("numpy", "ndarray"): lambda: np.ndarray,
-    ("numpy", "dtype"): lambda: np.dtype,
-}
-
-_BUILTIN_GLOBALS: dict[tuple[str, str], Callable[[], Any]] = {
-    ("collections", "OrderedDict"): lambda: __import__("collections").OrderedDict,
-    ("builtins", "set"): lambda: set,
-    ("builtins", "frozenset"): lambda: frozenset,
-    ("builtins", "complex"): lambda: complex,
-    ("builtins", "bytearray"): lambda: bytearray,
-    ("_codecs", "encode"): lambda: __import__("_codecs").encode,  # bytes in protocol-2 pickles
-}
-
-# What pickle.dumps(torch tensor) needs; everything here only rebuilds tensor data.
-_TORCH_REBUILDERS = {"_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter"}
 
 _REFUSED = "only plain containers, numbers, strings, numpy arrays and torch tensors are allowed"
 
@@ -58,48 +126,12 @@ def _np_core():
     return core
 
 
-def _load_storage_from_bytes(b: bytes):
-    # Replaces torch.storage._load_from_bytes, which calls torch.load(weights_only=False).
-    import torch
-
-    try:
-        return torch.load(io.BytesIO(b), weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as e:  # weights_only refused a global inside the storage bytes
-        m = re.search(r"GLOBAL (\S+)", str(e))
-        raise _Refused(m.group(1) if m else "a global", " inside a torch storage") from None
-
-
-def _torch_global(module: str, name: str):
+def _torch():
     try:
         import torch
     except ImportError:
         raise S2STError("holds torch tensors; install torch to read it") from None
-    if module == "torch._utils" and name in _TORCH_REBUILDERS:
-        return getattr(torch._utils, name)
-    if module == "torch.storage" and name == "_load_from_bytes":
-        return _load_storage_from_bytes
-    if module == "torch" and name == "Size":
-        return torch.Size
-    if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-        return getattr(torch, name)
-    return None
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        key = (module, name)
-        if key in _NUMPY_GLOBALS:
-            return _NUMPY_GLOBALS[key]()
-        if key in _BUILTIN_GLOBALS:
-            return _BUILTIN_GLOBALS[key]()
-        if module == "torch" or module.startswith("torch."):
-            found = _torch_global(module, name)
-            if found is not None:
-                return found
-        raise _Refused(f"{module}.{name}")
-
-    def persistent_load(self, pid):
-        raise _Refused(f"persistent id {pid!r}")
+    return torch
 
 
 class _Refused(Exception):
@@ -108,40 +140,261 @@ class _Refused(Exception):
         self.name, self.where = name, where
 
 
-def _read_npy(path: Path) -> Any:
+class _Token:
+    """Stands for numpy.ndarray in a pickle: _reconstruct takes it, but calling it builds nothing
+    (ndarray(shape) would allocate any size a few pickle bytes ask for)."""
+
+    __slots__ = ()
+
+
+_NDARRAY = _Token()
+
+
+def _reconstruct(subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
+    # what pickling an ndarray writes: _reconstruct(ndarray, (0,), b"b"), then its state fills it
+    if subtype is not _NDARRAY or shape != (0,):
+        raise ValueError("numpy _reconstruct only rebuilds an empty ndarray, filled by its pickled state")
+    return _np_core().multiarray._reconstruct(np.ndarray, shape, dtype)
+
+
+def _dtype(obj: Any, align: Any = False, copy: Any = False) -> np.dtype:
+    # always a fresh dtype: BUILD then sets its state, which must never reach numpy's shared ones
+    if not isinstance(align, bool) or not isinstance(copy, bool):
+        raise ValueError("numpy dtype takes a boolean align and copy")
+    return np.dtype(obj, align=align, copy=True)
+
+
+def _latin1_encode(obj: Any, encoding: Any = "utf-8", errors: Any = "strict") -> bytes:
+    # protocol-2 pickles carry bytes as _codecs.encode(text, "latin1"); nothing else is needed
+    if not isinstance(obj, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise ValueError("_codecs.encode is only allowed as pickle's latin1 carrier of bytes")
+    return obj.encode("latin1")
+
+
+def _bytearray(*args: Any) -> bytearray:
+    # pickled bytearrays carry their bytes; bytearray(n) would allocate n bytes from a tiny pickle
+    if args and not isinstance(args[0], (bytes, str)):
+        raise ValueError("bytearray is only rebuilt from the bytes it holds")
+    return bytearray(*args)
+
+
+def _check_storage_zip(b: bytes) -> None:
+    # torch writes its zip records stored: a deflated one could inflate far beyond the file
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(b)).infolist()
+    except Exception as e:  # zipfile raises BadZipFile, ValueError, struct.error, ...
+        raise ValueError(f"a torch storage is not a readable zip archive ({_reason(e)})") from None
+    if any(i.compress_type != zipfile.ZIP_STORED or i.file_size > len(b) for i in infos):
+        raise ValueError("a torch storage holds a compressed or oversized zip record")
+
+
+def _load_storage_from_bytes(b: Any):
+    # Replaces torch.storage._load_from_bytes, which calls torch.load(weights_only=False).
+    torch = _torch()
+    if not isinstance(b, bytes):
+        raise ValueError(f"torch storage bytes are a {type(b).__name__}")
+    if b[:4] == b"PK\x03\x04":  # how torch.load tells its zip format
+        _check_storage_zip(b)
+    try:
+        storage = torch.load(io.BytesIO(b), weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:  # weights_only refused a global inside the storage bytes
+        m = re.search(r"GLOBAL (\S+)", str(e))
+        raise _Refused(m.group(1) if m else "a global", " inside a torch storage") from None
+    if not isinstance(storage, torch.storage.TypedStorage):
+        raise ValueError(f"torch storage bytes hold a {type(storage).__name__}")
+    return storage
+
+
+def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any,
+                    backward_hooks: Any, metadata: Any = None):
+    # torch._utils._rebuild_tensor_v2 for a view within its storage (a 0-stride view could make
+    # 10**12 elements of one), without hooks
+    torch = _torch()
+    if not isinstance(storage, torch.storage.TypedStorage):
+        raise ValueError(f"a tensor's storage is a {type(storage).__name__}")
+    if not isinstance(backward_hooks, dict) or backward_hooks:
+        raise ValueError("a tensor carries backward hooks")
+    if metadata or not isinstance(requires_grad, bool):  # metadata: conj/neg bits of complex views
+        raise ValueError("a tensor carries metadata, or a requires_grad that is not a bool")
+    t = torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, collections.OrderedDict())
+    held = storage._untyped_storage.nbytes() // max(1, t.element_size())
+    if t.numel() > held:
+        raise ValueError(f"a tensor of {t.numel()} elements views a storage of {held}")
+    return t
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, backward_hooks: Any):
+    torch = _torch()
+    if type(data) is not torch.Tensor or not isinstance(backward_hooks, dict) or backward_hooks:
+        raise ValueError("an nn.Parameter must wrap a plain tensor, without hooks")
+    return torch.nn.Parameter(data, bool(requires_grad))
+
+
+# Everything a pickle may name, each to what it rebuilds: numpy arrays and scalars (numpy >= 2
+# writes numpy._core, 1.x numpy.core), plain containers, and exactly what pickling a CPU torch
+# tensor or nn.Parameter writes. Anything else is refused.
+_ALLOWED_GLOBALS: dict[tuple[str, str], Callable[[], Any]] = {
+    **{(m, "_reconstruct"): (lambda: _reconstruct) for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(m, "scalar"): (lambda: _np_core().multiarray.scalar)
+       for m in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(m, "_frombuffer"): (lambda: _np_core().numeric._frombuffer)  # pickle protocol 5
+       for m in ("numpy.core.numeric", "numpy._core.numeric")},
+    ("numpy", "ndarray"): lambda: _NDARRAY,
+    ("numpy", "dtype"): lambda: _dtype,
+    ("collections", "OrderedDict"): lambda: collections.OrderedDict,
+    ("builtins", "set"): lambda: set,
+    ("builtins", "frozenset"): lambda: frozenset,
+    ("builtins", "complex"): lambda: complex,
+    ("builtins", "bytearray"): lambda: _bytearray,
+    ("_codecs", "encode"): lambda: _latin1_encode,  # bytes in protocol-2 pickles
+    ("torch._utils", "_rebuild_tensor_v2"): lambda: _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): lambda: _rebuild_parameter,
+    ("torch.storage", "_load_from_bytes"): lambda: _load_storage_from_bytes,
+}
+
+
+def _check_dtype_state(dtype: np.dtype, state: Any) -> None:
+    # numpy trusts it: a byte-swapped object dtype segfaults the next comparison (numpy 2.4).
+    # The state must be the dtype's own; only the byte order of a multi-byte number may differ.
+    own = dtype.__reduce__()[2]
+    free = {1, 8} if dtype.kind in "Mm" else {1}  # 8: a datetime's unit, which numpy itself checks
+    ok = (isinstance(state, tuple) and len(state) == len(own)
+          and all(type(a) is type(b) and a == b for i, (a, b) in enumerate(zip(state, own)) if i not in free))
+    if not ok or state[1] not in (("<", ">") if own[1] in ("<", ">") else (own[1],)):
+        raise ValueError(f"a numpy dtype's pickled state does not match the dtype {_show(dtype, 80)}")
+
+
+def _check_array_state(state: Any) -> None:
+    # numpy trusts it: an object array whose list is shorter than its shape segfaults (numpy 2.4)
+    if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[1], tuple)
+            and all(type(n) is int and n >= 0 for n in state[1]) and isinstance(state[2], np.dtype)
+            and state[2].fields is None and state[2].subdtype is None):
+        raise ValueError("a numpy array's pickled state is malformed")
+    _version, shape, dtype, _fortran, data = state
+    count = math.prod(shape)
+    if dtype.hasobject:
+        ok = dtype.char == "O" and isinstance(data, list) and len(data) == count
+    else:
+        ok = isinstance(data, bytes) and dtype.itemsize > 0 and len(data) == count * dtype.itemsize
+    if not ok:
+        raise ValueError(f"a numpy array's pickled data does not fit its shape {shape} and dtype {_show(dtype, 80)}")
+
+
+class _RestrictedUnpickler(pickle._Unpickler):
+    """The pure-Python unpickler (stdlib, private name): unlike the C one, it lets BUILD (an
+    object's __setstate__) be checked; only numpy arrays and dtypes, validated, are built that way."""
+
+    dispatch = pickle._Unpickler.dispatch.copy()
+
+    def find_class(self, module: str, name: str):
+        factory = _ALLOWED_GLOBALS.get((module, name))
+        if factory is None:
+            raise _Refused(f"{module}.{name}")
+        return factory()
+
+    def persistent_load(self, pid):
+        raise _Refused(f"a persistent id ({type(pid).__name__})")
+
+    def load_build(self):
+        inst = self.stack[-2]
+        if type(inst) is np.ndarray:
+            _check_array_state(self.stack[-1])
+        elif isinstance(inst, np.dtype):
+            _check_dtype_state(inst, self.stack[-1])
+        else:
+            raise ValueError(f"pickled state for a {type(inst).__name__} is not allowed")
+        pickle._Unpickler.load_build(self)
+
+    dispatch[pickle.BUILD[0]] = load_build
+
+
+def _read_npy_header(f: Any, path: Path) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) from the header, its length bounded before numpy parses it."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unsupported .npy format version {version}")
+        raw = f.read(2 if version == (1, 0) else 4)
+        (length,) = struct.unpack("<H" if version == (1, 0) else "<I", raw)
+    except (ValueError, OSError, struct.error) as e:
+        raise S2STError(f"{path}: not a .npy file: {_reason(e)}") from None
+    if length > LIMITS.npy_header_bytes:
+        raise _over(path, "npy header length", f"{length} bytes", "npy_header_bytes")
+    f.seek(-len(raw), io.SEEK_CUR)
+    try:  # version 3 (utf-8 header) has no public reader; numpy 2 keeps it in _format_impl
+        impl = getattr(np.lib, "_format_impl", fmt)
+        shape, _fortran, dtype = impl._read_array_header(f, version, max_header_size=LIMITS.npy_header_bytes)
+    except Exception as e:  # literal_eval and dtype parsing raise ValueError, SyntaxError, TypeError, ...
+        raise S2STError(f"{path}: not a .npy file: {_reason(e)}") from None
+    return tuple(shape), dtype
+
+
+class _Clamped:
+    """Reads clamped to the bytes left in the file: a length a pickle claims allocates nothing."""
+
+    def __init__(self, f: Any, end: int):
+        self.f, self.end = f, end
+
+    def read(self, n: int = -1) -> bytes:
+        left = max(0, self.end - self.f.tell())
+        return self.f.read(left if n is None or n < 0 else min(n, left))
+
+    def readline(self) -> bytes:
+        return self.f.readline(max(0, self.end - self.f.tell()))
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+
+def _scan_pickle(f: Any, end: int, path: Path) -> None:
+    """Walks the pickle's opcodes without building anything: every length it claims must fit in
+    the file (the unpickler allocates claimed lengths up front), and their number is bounded."""
+    start = f.tell()
+    reader = _Clamped(f, end)
+    try:
+        for ops, (op, arg, _pos) in enumerate(pickletools.genops(reader), 1):
+            if ops > LIMITS.pickle_ops:
+                raise _over(path, "pickle opcodes", f"more than {LIMITS.pickle_ops}", "pickle_ops")
+            if op.name == "FRAME" and arg > end - reader.tell():
+                raise ValueError(f"a pickle frame of {arg} bytes runs past the end of the file")
+    except S2STError:
+        raise
+    except Exception as e:  # genops raises ValueError on truncation, bad opcodes, bad literals
+        raise S2STError(f"{path}: cannot unpickle npy contents: {type(e).__name__}: {_reason(e)}") from None
+    f.seek(start)
+
+
+def _unpickle(f: Any, path: Path) -> Any:
+    try:
+        return _RestrictedUnpickler(f).load()
+    except _Refused as e:
+        name = e.name if len(e.name) <= 200 else e.name[:200] + "..."
+        raise S2STError(f"{path}: refused to unpickle {name!r}{e.where}: {_REFUSED}") from None
+    except S2STError as e:
+        raise S2STError(f"{path}: {e}") from None
+    except Exception as e:  # corrupt pickle stream, or arguments a rebuilder refuses
+        raise S2STError(f"{path}: cannot unpickle npy contents: {type(e).__name__}: {_reason(e)}") from None
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    _regular_size(path, "dataset file", "npy_bytes")
     try:
         f = open(path, "rb")
-    except FileNotFoundError:
-        raise S2STError(f"{path}: dataset file not found") from None
     except OSError as e:
-        raise S2STError(f"{path}: cannot read dataset file: {e}") from None
+        raise S2STError(f"{path}: cannot read dataset file: {_reason(e)}") from None
     with f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            elif version == (3, 0):  # utf-8 header: no public reader; numpy 2 keeps it in _format_impl
-                impl = getattr(np.lib, "_format_impl", np.lib.format)
-                shape, fortran, dtype = impl._read_array_header(f, version)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-        except (ValueError, OSError, SyntaxError) as e:
-            raise S2STError(f"{path}: not a .npy file: {' '.join(str(e).split())}") from None
-        if not dtype.hasobject:
-            return np.load(path, allow_pickle=False)
-        try:
-            array = _RestrictedUnpickler(f).load()
-        except _Refused as e:
-            raise S2STError(f"{path}: refused to unpickle {e.name!r}{e.where}: {_REFUSED}") from None
-        except S2STError as e:
-            raise S2STError(f"{path}: {e}") from None
-        except Exception as e:  # corrupt or truncated pickle stream
-            reason = " ".join(str(e).split())[:200]
-            raise S2STError(f"{path}: cannot unpickle npy contents: {type(e).__name__}: {reason}") from None
-    if not isinstance(array, np.ndarray) or array.shape != tuple(shape):
-        raise S2STError(f"{path}: npy contents do not match their header (shape {tuple(shape)})")
+        end = os.fstat(f.fileno()).st_size
+        shape, dtype = _read_npy_header(f, path)
+        count = math.prod(shape)
+        if count > LIMITS.samples:
+            raise _over(path, "objects in the npy header's shape", count, "samples")
+        if not dtype.hasobject:  # plain numbers: not samples, and no need to read them
+            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}")
+        _scan_pickle(f, end, path)
+        array = _unpickle(f, path)
+    if not isinstance(array, np.ndarray) or array.shape != shape:
+        raise S2STError(f"{path}: npy contents do not match their header (shape {shape})")
     return array
 
 
@@ -163,19 +416,66 @@ def _as_sample_list(data: Any, path: Path) -> list:
             return list(data)
         else:
             raise S2STError(
-                f"{path}: expected a list of samples, got a {data.dtype} array of shape {data.shape}"
+                f"{path}: expected a list of samples, got a {_show(data.dtype, 200)} array of shape {data.shape}"
             )
     if isinstance(data, (list, tuple)):
+        if len(data) > LIMITS.samples:
+            raise _over(path, "samples", len(data), "samples")
         return list(data)
     raise S2STError(f"{path}: expected a list of samples, got {type(data).__name__}")
 
 
-def _check_samples(samples: list, path: Path) -> None:
+def _id_problem(sample_id: Any) -> str | None:
+    # ids are hashed and compared (ref-dataset filters) and written to reports: plain scalars only
+    if isinstance(sample_id, str):
+        try:
+            sample_id.encode("utf-8")
+        except UnicodeEncodeError:
+            return "holds a lone surrogate, not valid Unicode text"
+        return None
+    if isinstance(sample_id, (bytes, int, float, np.number, np.bool_, np.bytes_)):
+        return None
+    if isinstance(sample_id, np.ndarray) and sample_id.ndim == 0 and sample_id.dtype.kind in "biufSU":
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(sample_id, torch.Tensor) and sample_id.ndim == 0:
+        return None
+    return f"is a {type(sample_id).__name__}, expected a string or a number"
+
+
+def _array_problem(key: str, value: Any) -> str | None:
+    if isinstance(value, np.ndarray):
+        kind, n = value.dtype.kind, value.size
+    else:
+        torch = sys.modules.get("torch")
+        if torch is None or not isinstance(value, torch.Tensor):
+            return f"is a {type(value).__name__}, expected a numpy array or torch tensor"
+        dt, n = value.dtype, value.numel()
+        kind = "c" if dt.is_complex else "f" if dt.is_floating_point else "b" if dt == torch.bool else "i"
+    if key == "src_lengths":  # upstream reads it with .item(): exactly one integer
+        if kind not in "iu" or n != 1:
+            return f"must hold one integer, got {n} of {value.dtype}"
+        if int(value.reshape(-1)[0]) <= 0:
+            return f"must be positive, got {int(value.reshape(-1)[0])}"
+        return None
+    if kind not in "iuf":
+        return f"holds {_show(value.dtype, 200)}, expected numbers"
+    if value.ndim == 0 or n == 0:
+        return f"is empty (shape {tuple(value.shape)})"
+    return None
+
+
+def _check_samples(samples: list, path: Path) -> list[dict]:
+    """The samples, checked; one without an id gets its index (upstream random datasets)."""
+    checked = []
     for i, s in enumerate(samples):
         if not isinstance(s, dict):
             raise S2STError(f"{path}: sample {i} is a {type(s).__name__}, not a dict")
         if "id" not in s:
-            raise S2STError(f"{path}: sample {i} has no id")
+            s = {"id": i, **s}
+        problem = _id_problem(s["id"])
+        if problem:
+            raise S2STError(f"{path}: sample {i} id {problem}")
         net_input = s.get("net_input")
         if not isinstance(net_input, dict):
             what = "no net_input" if net_input is None else f"a net_input that is a {type(net_input).__name__}"
@@ -183,11 +483,11 @@ def _check_samples(samples: list, path: Path) -> None:
         for key in ("src_tokens", "src_lengths"):
             if key not in net_input:
                 raise S2STError(f"{path}: sample {i} has no net_input.{key}")
-            if not hasattr(net_input[key], "shape"):
-                raise S2STError(
-                    f"{path}: sample {i} net_input.{key} is a {type(net_input[key]).__name__}, "
-                    "expected a numpy array or torch tensor"
-                )
+            problem = _array_problem(key, net_input[key])
+            if problem:
+                raise S2STError(f"{path}: sample {i} net_input.{key} {problem}")
+        checked.append(s)
+    return checked
 
 
 def load_npy_dataset(path: str | os.PathLike, size: int | None = None) -> list[dict]:
@@ -202,36 +502,96 @@ def load_npy_dataset(path: str | os.PathLike, size: int | None = None) -> list[d
         raise S2STError(f"{path}: dataset is empty")
     if size is not None:
         samples = samples[: int(size)]
-    _check_samples(samples, path)
-    return samples
+    return _check_samples(samples, path)
 
 
 # ---------------------------------------------------------------- raw (tsv) datasets
 
 
+def _frames_check(where: str, frames: str) -> None:
+    # fairseq calls int(frames), which also takes "+1", "1_0" and non-ASCII digits: no writer's output
+    if not (frames.isascii() and frames.isdigit()):
+        raise S2STError(f"{where}: frame count {_quote(frames)} is not a whole number")
+    if len(frames) > 18 or int(frames) > LIMITS.audio_samples:  # length first: int() refuses 4300+ digits
+        raise _over(where, "frame count", _show(frames, 60), "audio_samples")
+    if int(frames) == 0:
+        raise S2STError(f"{where}: frame count is 0: every entry needs audio")
+
+
+def _read_manifest(path: Path) -> tuple[Path, list[tuple[int, str]]]:
+    """(audio root, [(line number, relative path)]) of a wav2vec2 tsv, each line checked as
+    fairseq's FileAudioDataset reads it: two tab-separated columns, an integer frame count."""
+    lines = _text_lines(path, "dataset manifest", "utf-8")
+    if not lines[0].strip():
+        raise S2STError(f"{_show(path)}:1: first line must be the audio root directory")
+    try:
+        root = path.parent / os.path.expanduser(lines[0].strip())
+    except ValueError:  # "~name" with a NUL: the user lookup raises (found by fuzzing)
+        raise S2STError(f"{_show(path)}:1: audio root {_quote(lines[0].strip())} is not a valid path") from None
+    entries = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        where = f"{_show(path)}:{lineno}"
+        items = line.strip().split("\t")
+        if len(items) != 2:
+            raise S2STError(f"{where}: expected 2 tab-separated columns (audio path, frame count), got {len(items)}")
+        _frames_check(where, items[1])
+        entries.append((lineno, items[0]))
+        if len(entries) > LIMITS.samples:
+            raise _over(_show(path), "entries", f"more than {LIMITS.samples}", "samples")
+    if not entries:
+        raise S2STError(f"{_show(path)}: dataset is empty (no audio lines after the root)")
+    return root, entries
+
+
+def _read_audio(where: str, wav_path: Path, sample_rate: int, sf: Any) -> np.ndarray:
+    """One float32 (1, T) waveform; size, frames and rate are checked on the header, before
+    any sample is decoded."""
+    shown = _show(wav_path)
+    try:
+        st = wav_path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        raise S2STError(f"{where}: audio file not found: {shown}") from None
+    except (OSError, ValueError) as e:  # a NUL or an over-long name
+        raise S2STError(f"{where}: cannot read audio {shown}: {_reason(e)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise S2STError(f"{where}: {shown} is not a regular file")
+    if st.st_size > LIMITS.audio_bytes:
+        raise _over(where, f"size of {shown}", f"{st.st_size} bytes", "audio_bytes")
+    try:
+        info = sf.info(str(wav_path))
+        if info.frames <= 0:  # a header-only file: models fail on it far from here
+            raise S2STError(f"{where}: {shown} has no audio frames")
+        if info.frames * info.channels > LIMITS.audio_samples:
+            raise _over(where, f"frames x channels of {shown}", info.frames * info.channels, "audio_samples")
+        if info.samplerate != sample_rate:
+            raise S2STError(f"{where}: {shown} is sampled at {info.samplerate} Hz, expected {sample_rate} Hz "
+                            "(not resampled)")
+        wav, _sr = sf.read(str(wav_path), dtype="float32")
+    except S2STError:
+        raise
+    except Exception as e:  # soundfile raises LibsndfileError/RuntimeError for bad files
+        raise S2STError(f"{where}: cannot read audio {shown}: {_reason(e)}") from None
+    if wav.ndim == 2:
+        wav = wav.mean(-1)
+    if wav.size == 0:
+        raise S2STError(f"{where}: {shown} has no audio frames")
+    return np.ascontiguousarray(wav, dtype=np.float32).reshape(1, -1)
+
+
 def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_rate: int = 16000) -> list[dict]:
     """wav2vec2-style tsv manifest: first line the audio root, then ``relative/path.wav<TAB>frames``.
 
-    A relative root is taken relative to the tsv's folder. Audio is read with soundfile as
-    float32; stereo is averaged to mono. A file whose rate differs from ``sample_rate`` is
-    refused rather than resampled, so numbers are never silently computed on resampled audio.
-    Returns torch-free samples: src_tokens float32 (1, T), src_lengths np.array([T]).
+    Every line is checked (two columns, a positive integer frame count); only the audio of the
+    first ``size`` entries is read. A relative root is taken relative to the tsv's folder. Audio is
+    read with soundfile as float32; stereo is averaged to mono. A file whose rate differs from
+    ``sample_rate`` is refused rather than resampled, so numbers are never silently computed on
+    resampled audio. Returns torch-free samples: src_tokens float32 (1, T), src_lengths np.array([T]).
     """
     path = Path(path)
     _check_size(size, path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise S2STError(f"{path}: dataset manifest not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise S2STError(f"{path}: cannot read dataset manifest: {e}") from None
-    lines = text.splitlines()
-    if not lines or not lines[0].strip():
-        raise S2STError(f"{path}:1: first line must be the audio root directory")
-    root = path.parent / os.path.expanduser(lines[0].strip())
-    entries = [(n, line.split("\t")[0].strip()) for n, line in enumerate(lines[1:], start=2) if line.strip()]
-    if not entries:
-        raise S2STError(f"{path}: dataset is empty (no audio lines after the root)")
+    root, entries = _read_manifest(path)
     if size is not None:
         entries = entries[: int(size)]
     try:
@@ -239,24 +599,28 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
     except ImportError:
         raise S2STError(f"{path}: reading raw datasets needs soundfile (pip install soundfile)") from None
 
-    samples = []
+    samples, total = [], 0
     for i, (lineno, rel) in enumerate(entries):
-        wav_path = root / rel
-        if not wav_path.is_file():
-            raise S2STError(f"{path}:{lineno}: audio file not found: {wav_path}")
-        try:
-            wav, sr = sf.read(str(wav_path), dtype="float32")
-        except Exception as e:  # soundfile raises LibsndfileError/RuntimeError for bad files
-            raise S2STError(f"{path}:{lineno}: cannot read audio {wav_path}: {' '.join(str(e).split())}") from None
-        if sr != sample_rate:
-            raise S2STError(
-                f"{path}:{lineno}: {wav_path} is sampled at {sr} Hz, expected {sample_rate} Hz (not resampled)"
-            )
-        if wav.ndim == 2:
-            wav = wav.mean(-1)
-        wav = np.ascontiguousarray(wav, dtype=np.float32).reshape(1, -1)
+        wav = _read_audio(f"{_show(path)}:{lineno}", root / rel, sample_rate, sf)
+        total += wav.size
+        if total > LIMITS.audio_samples_total:
+            raise _over(f"{_show(path)}:{lineno}", "audio samples so far", total, "audio_samples_total")
         samples.append({"id": i, "net_input": {"src_tokens": wav, "src_lengths": np.array([wav.shape[1]])}})
     return samples
+
+
+def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
+    from .service.workload import load_workload  # the same validated format as service workloads
+
+    _check_size(size, path)
+    lines = _text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all
+    if sum(1 for line in lines if line.strip()) > LIMITS.samples:
+        raise _over(_show(path), "items", f"more than {LIMITS.samples}", "samples")
+    try:
+        items = load_workload(path)
+    except RecursionError:  # json.loads on deeply nested brackets
+        raise S2STError(f"{_show(path)}: JSON nested too deeply") from None
+    return items[:size] if size else items
 
 
 def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:
@@ -266,26 +630,82 @@ def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = 
     if kind == "raw":
         return load_raw_dataset(path, size, sample_rate)
     if kind == "text":
-        from .service.workload import load_workload  # the same validated format as service workloads
-
-        _check_size(size, Path(path))
-        items = load_workload(path)
-        return items[:size] if size else items
+        return _load_text_dataset(Path(path), size)
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
 
 
-# ---------------------------------------------------------------- writing, generation, subsets
+# ---------------------------------------------------------------- writing
 
 
-def save_npy_dataset(samples: list[dict], path: str | os.PathLike) -> Path:
-    """np.save of an object array of samples (the upstream format). Returns the written path."""
+class _StorageBytes:
+    """A tensor's storage as torch.storage._load_from_bytes reads it back, in torch's zip format:
+    pickling a storage the default way writes its memory address, so bytes would differ per run."""
+
+    def __init__(self, t: Any) -> None:
+        import torch
+
+        buf = io.BytesIO()
+        storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
+        try:
+            torch.save(storage, buf)
+        except KeyError:  # uint16/32/64: no legacy storage type, so neither np.load nor we could read it
+            raise S2STError(f"cannot write a {t.dtype} tensor in the upstream npy format") from None
+        self.data = buf.getvalue()
+
+    def __reduce__(self):
+        import torch
+
+        return (torch.storage._load_from_bytes, (self.data,))
+
+
+def _reduce_tensor(t: Any):
+    import torch
+
+    t = t.detach().clone(memory_format=torch.contiguous_format)  # own storage, offset 0
+    return (torch._utils._rebuild_tensor_v2,
+            (_StorageBytes(t), 0, tuple(t.size()), t.stride(), False, collections.OrderedDict()))
+
+
+def _with_torch_tensors(samples: list[dict]) -> list[dict]:
+    try:
+        import torch
+    except ImportError:
+        raise S2STError("writing torch tensors needs torch (pip install torch)") from None
+    return [{**s, "net_input": {k: torch.tensor(v) if isinstance(v, np.ndarray) else v
+                                for k, v in s["net_input"].items()}} for s in samples]
+
+
+def save_npy_dataset(samples: list[dict], path: str | os.PathLike, *, torch_tensors: bool = False) -> Path:
+    """np.save of an object array of samples (the upstream layout). Returns the written path.
+
+    ``torch_tensors``: numpy arrays in net_input become torch tensors, as upstream data_utils
+    writes them and get_metrics.py feeds them to models (``src_tokens.size()``). Tensors are
+    pickled as torch pickles them, but reproducibly: the same samples always give the same bytes.
+    Both np.load(allow_pickle=True) and load_npy_dataset read the file back.
+    """
     path = Path(path)
     if path.suffix != ".npy":  # np.save would append it
         path = path.with_name(path.name + ".npy")
+    if torch_tensors:
+        samples = _with_torch_tensors(samples)
     array = np.empty(len(samples), dtype=object)
-    array[:] = samples
-    np.save(path, array, allow_pickle=True)
+    for i, sample in enumerate(samples):  # one by one: a slice assignment would broadcast nested lists
+        array[i] = sample
+    with open(path, "wb") as f:
+        try:
+            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+            pickler = pickle.Pickler(f, protocol=4)  # np.save's protocol
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                pickler.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _reduce_tensor}
+            pickler.dump(array)
+        except BaseException:  # no half-written dataset left behind
+            path.unlink(missing_ok=True)
+            raise
     return path
+
+
+# ---------------------------------------------------------------- generation, subsets
 
 
 def generate_random_dataset(

@@ -219,6 +219,104 @@ def test_subsets_from_npy(tmp_path, capsys):
     assert out_files(tmp_path / "same")["random"].read_bytes() != out_files(tmp_path / "other")["random"].read_bytes()
 
 
+# ------------------------------------------------------------------ one file for upstream and for us
+
+UPSTREAM_SCRIPT = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("upstream_data_utils", sys.argv[1])
+du = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(du)
+# upstream's random dataset, built and saved by upstream's own functions
+dataset, _avg = du.generate_random_dataset(3, 12, D=4, dataset_size=5)
+du.save_dataset_npy(dataset, sys.argv[2])
+out = {"keys": sorted(dataset[0]), "stats": du.get_dataset_stats(dataset)}
+try:  # a file s2st-dataset wrote, read the way get_metrics.py reads it
+    ours = du.load_dataset_npy(sys.argv[3])
+    out.update(our_sizes=[list(s["net_input"]["src_tokens"].size()) for s in ours],
+               our_sums=[float(s["net_input"]["src_tokens"].double().sum()) for s in ours],
+               our_stats=du.get_dataset_stats(ours))
+except Exception as e:
+    out["our_error"] = f"{type(e).__name__}: {e}"
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> dict:
+    """Upstream data_utils (shipped in the fairseq wheel) in a subprocess: it writes its random
+    dataset and reads one that s2st-dataset random wrote."""
+    import importlib.util
+    import json
+
+    pytest.importorskip("fairseq")
+    d = tmp_path_factory.mktemp("upstream")
+    ours = d / "ours.npy"
+    assert main(["random", "--n", "4", "--feat-dim", "3", "--min-len", "2", "--max-len", "7", "--out", str(ours)]) == 0
+    script = Path(importlib.util.find_spec("fairseq").origin).parent / UPSTREAM_REL
+    proc = subprocess.run([sys.executable, "-c", UPSTREAM_SCRIPT, str(script), str(d / "theirs.npy"), str(ours)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {"theirs": d / "theirs.npy", "ours": ours, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def test_stats_of_upstreams_own_random_dataset(upstream, tmp_path, capsys):
+    """Upstream's random samples have no id: stats and subsets work, the index is the id."""
+    assert upstream["keys"] == ["net_input"]
+    rc, out, err = run(capsys, "stats", upstream["theirs"])
+    assert rc == 0, err
+    assert list(stats_of(out).values()) == [(5, *upstream["stats"])]
+    assert [s["id"] for s in load_npy_dataset(upstream["theirs"])] == [0, 1, 2, 3, 4]
+    rc, out, err = run(capsys, "subsets", "--npy", upstream["theirs"], "--n", 2, "--out", tmp_path / "o")
+    assert rc == 0, err
+    short = load_npy_dataset(out_files(tmp_path / "o")["short"])
+    assert lengths(short) == sorted(lengths(load_npy_dataset(upstream["theirs"])))[:2]
+
+
+def test_random_dataset_is_read_by_upstream_and_by_us(upstream):
+    """Upstream get_metrics.py: np.load(allow_pickle=True), then src_tokens.size(); same values as ours."""
+    torch = pytest.importorskip("torch")
+    assert "our_error" not in upstream  # was: TypeError: 'int' object is not callable
+    ours = load_npy_dataset(upstream["ours"])
+    assert upstream["our_sizes"] == [list(s["net_input"]["src_tokens"].shape) for s in ours]
+    assert upstream["our_sums"] == [float(s["net_input"]["src_tokens"].double().sum()) for s in ours]
+    st = dataset_stats(ours)
+    assert upstream["our_stats"] == [st["max_len"], st["min_len"], st["avg_len"]]
+    theirs = np.load(upstream["ours"], allow_pickle=True)  # in this process too: the values themselves
+    for a, b in zip(ours, theirs):
+        assert a["id"] == b["id"]
+        for key in ("src_tokens", "src_lengths"):
+            assert isinstance(b["net_input"][key], torch.Tensor)
+            assert torch.equal(a["net_input"][key], b["net_input"][key])
+
+
+class _SystemCall:
+    def __init__(self, cmd: str):
+        self.cmd = cmd
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (self.cmd,))
+
+
+@pytest.mark.parametrize("command", ["stats", "subsets"])
+def test_malicious_npy_is_refused_in_one_line_and_not_run(command, tmp_path, capsys):
+    import os
+
+    marker = tmp_path / "marker"
+    evil = np.empty(1, dtype=object)
+    evil[:] = [{"id": 0, "net_input": {"src_tokens": _SystemCall(f"touch {marker}"), "src_lengths": np.array([1])}}]
+    np.save(tmp_path / "evil.npy", evil, allow_pickle=True)
+    argv = ["stats", tmp_path / "evil.npy"] if command == "stats" else [
+        "subsets", "--npy", tmp_path / "evil.npy", "--out", tmp_path / "o"]
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert err.splitlines() == [f"s2st-dataset: error: {tmp_path / 'evil.npy'}: refused to unpickle "
+                                f"'{os.system.__module__}.system': only plain containers, numbers, strings, "
+                                "numpy arrays and torch tensors are allowed"]
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
 # ------------------------------------------------------------------ bad input: one line, exit 2
 
 

@@ -201,3 +201,81 @@ def test_hubert_checkpoint_missing(work):
     (work / "hubert" / "checkpoint.pt").unlink()
     msg = build_error(work / "configs" / "HubertUnits.yaml")
     assert "'hubert_ckpt_path': file not found" in msg and "stage1 (hubert)" in msg
+
+
+def run_error(config: Path, sample, edit=None) -> str:
+    """Built fine; running the sample fails with one S2STError line."""
+    mt, stages = stages_of(config)
+    if edit:
+        edit(stages)
+    pipe = base.build_pipeline(mt, stages, device="cpu", config_path=config)
+    with pytest.raises(S2STError) as info:
+        pipe.run(sample)
+    msg = str(info.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    assert info.value.__cause__ is None
+    return msg
+
+
+@pytest.mark.parametrize("model_type, frames, need", [("TTS", 1, 4), ("TTS", 3, 4), ("S2S", 2, 3)])
+def test_griffin_lim_on_too_few_frames(staged, model_type, frames, need):
+    """A model bounded to fewer frames than Griffin-Lim's reflect padding needs (n_fft//2//hop + 2):
+    one line naming the stage, the config and the frame count, not fairseq's bare RuntimeError."""
+    pytest.importorskip("librosa")
+    config = staged / "configs" / f"{model_type}.yaml"
+    data = "tokens_tts_es.npy" if model_type == "TTS" else "speech.npy"
+    sample = np.load(staged / "data" / data, allow_pickle=True)[0]
+
+    def bound(n):
+        return lambda stages: stages[0].update(vocoder="griffin_lim", max_target_positions=n)
+
+    msg = run_error(config, sample, bound(frames))
+    role = model_type.lower()
+    assert msg.startswith(f"{config}: stage1 ({role}): the model emitted {frames} frame(s)")
+    assert f"Griffin-Lim needs at least {need}" in msg
+    assert f"max_target_positions (now {frames})" in msg and "trained model" in msg
+    mt, stages = stages_of(config)  # one frame more than the boundary: it runs
+    bound(need)(stages)
+    out = base.build_pipeline(mt, stages, device="cpu", config_path=config).run(sample)
+    hop = 256 if model_type == "TTS" else 160
+    assert out["waveform"].size == (need - 1) * hop
+
+
+def test_raw_audio_without_an_fbank_backend(staged, monkeypatch):
+    """No PyKaldi, no torchaudio: refused in one line saying what the model takes."""
+    from fairseq.data.audio import audio_utils
+
+    from pytest_s2st.datasets import load_dataset
+
+    monkeypatch.setattr(audio_utils, "_get_torchaudio_fbank", lambda *a, **k: None)  # as on ImportError
+    sample = load_dataset(staged / "data" / "raw.tsv", "raw", 1)[0]
+    config = staged / "configs" / "S2T.yaml"
+    mt, stages = stages_of(config)
+    pipe = base.build_pipeline(mt, stages, device="cpu", config_path=config)
+    with pytest.raises(S2STError) as info:
+        pipe.prepare_sample(sample)
+    msg = str(info.value)
+    assert msg.startswith(f"{config}: stage1 (s2t): the model takes 80-dim log-mel fbank features")
+    assert "torchaudio" in msg and "\n" not in msg
+
+    def broken(*a, **k):
+        raise OSError("libtorchaudio.so: undefined symbol")  # a torchaudio built for another torch
+
+    monkeypatch.setattr(audio_utils, "_get_torchaudio_fbank", broken)
+    with pytest.raises(S2STError, match="fbank features the model takes from raw audio failed: OSError: libtorch"):
+        pipe.prepare_sample(sample)
+
+
+def test_raw_audio_at_another_rate_into_a_waveform_model(tmp_path):
+    """A data config with use_audio_input takes the waveform itself, at its use_sample_rate only."""
+    from fairseq.data.audio.data_cfg import S2TDataConfig
+
+    from pytest_s2st.pipelines.fairseq import waveform_features
+
+    (tmp_path / "config.yaml").write_text("use_audio_input: true\nuse_sample_rate: 16000\nstandardize_audio: true\n")
+    cfg = S2TDataConfig(tmp_path / "config.yaml")
+    wav = np.random.RandomState(0).randn(1, 800).astype(np.float32)
+    with pytest.raises(S2STError, match="the model takes 16000 Hz audio, the dataset is 8000 Hz"):
+        waveform_features(cfg, wav, 8000, "here")
+    x = waveform_features(cfg, wav, 16000, "here")
+    assert x.shape == (1, 800) and abs(float(x.mean())) < 1e-5 and abs(float(x.std(unbiased=False)) - 1) < 1e-3

@@ -41,14 +41,16 @@ def test_cli_restage_is_byte_identical(staged, tmp_path, capsys):
     assert [k for k in first if first[k] != second[k]] == []
     for name in ("s2t/checkpoint.pt", "mt/checkpoint.pt", "tts/checkpoint.pt", "tts/hifigan.pt",
                  "s2s/checkpoint.pt", "s2ut/checkpoint.pt", "vocoder/code_hifigan.pt",
-                 "hubert/checkpoint.pt", "hubert/km.npy"):
+                 "hubert/checkpoint.pt", "hubert/km.npy", "fastspeech2/checkpoint.pt", "fastspeech2/hifigan.pt"):
         assert first[name] in printed, name  # the script prints what it wrote, with hashes
     assert "configs/3StageS2ST.yaml" in printed
+    for name in fairseq_tiny.FS2_CONFIGS:
+        assert f"configs/{name}.yaml" in printed
 
 
 def test_checkpoints_do_not_embed_the_build_path(staged):
     ckpts = sorted(staged.glob("*/checkpoint.pt"))
-    assert len(ckpts) == 6
+    assert len(ckpts) == 7
     for ckpt in ckpts:
         with zipfile.ZipFile(ckpt) as z:
             pkl = z.read(next(n for n in z.namelist() if n.endswith("/data.pkl")))
@@ -73,7 +75,8 @@ def test_checkpoints_are_fairseq_train_checkpoints(staged):
     allow_fairseq_globals()
     expect = {"s2t": ("speech_to_text", "s2t_transformer"), "mt": ("translation", "transformer"),
               "tts": ("text_to_speech", "tts_transformer"), "s2s": ("speech_to_speech", "s2spect_transformer"),
-              "s2ut": ("speech_to_speech", "s2ut_transformer"), "hubert": ("hubert_pretraining", "hubert")}
+              "s2ut": ("speech_to_speech", "s2ut_transformer"), "hubert": ("hubert_pretraining", "hubert"),
+              "fastspeech2": ("text_to_speech", "fastspeech2")}
     torch.serialization.add_safe_globals(fairseq_tiny.hubert_safe_globals())
     for name, (task, arch) in expect.items():
         state = torch.load(staged / name / "checkpoint.pt", map_location="cpu", weights_only=True)
@@ -146,6 +149,28 @@ def test_configs_are_upstream_layout_and_resolve(staged):
     assert all((staged / "data" / tsv[0] / row.split("\t")[0]).is_file() for row in tsv[1:])
     three = yaml.safe_load(paths[-1].read_text())
     assert [three[f"stage{i}"]["task"] for i in (1, 2, 3)] == ["speech_to_text", "translation", "text_to_speech"]
+
+
+def test_fastspeech2_is_staged_beside_the_seven(staged):
+    """A FastSpeech2 TTS with its own data dir and HiFi-GAN, and two extra configs (not in default_configs)."""
+    assert "fastspeech2" not in "".join(str(p) for p in fairseq_tiny.default_configs(staged))
+    for name in ("checkpoint.pt", "config.yaml", "dict.txt", "hifigan.json", "hifigan.pt"):
+        assert (staged / "fastspeech2" / name).is_file(), name
+    features = yaml.safe_load((staged / "fastspeech2" / "config.yaml").read_text())["features"]
+    assert {"pitch_min", "pitch_max", "energy_min", "energy_max"} <= set(features)  # its variance bins need them
+    assert (staged / "fastspeech2" / "dict.txt").read_bytes() == (staged / "tts" / "dict.txt").read_bytes()
+    manifest = (staged / "MANIFEST.json").read_text()
+    assert '"fastspeech2/checkpoint.pt"' in manifest and '"TTS-FastSpeech2"' in manifest
+    tts = yaml.safe_load((staged / "configs" / "TTS-FastSpeech2.yaml").read_text())
+    two = yaml.safe_load((staged / "configs" / "2StageS2ST-FastSpeech2.yaml").read_text())
+    assert (tts["general"]["model_type"], two["general"]["model_type"]) == ("TTS", "2StageS2ST")
+    assert tts["general"]["name"] == two["general"]["name"] == "tiny-fastspeech2"
+    assert tts["general"]["dataset_path"] == "../data/tokens_tts_es.npy"
+    assert tts["stage1"]["path"] == two["stage2"]["path"] == "../fastspeech2/checkpoint.pt"
+    assert two["stage1"] == yaml.safe_load((staged / "configs" / "2StageS2ST.yaml").read_text())["stage1"]
+    for doc in (tts, two):
+        for stage in (v for k, v in doc.items() if k.startswith("stage")):
+            assert (staged / "configs" / stage["path"]).is_file() and (staged / "configs" / stage["data"]).is_dir()
 
 
 def test_cache_second_call_does_not_rebuild(staged, monkeypatch):

@@ -7,8 +7,10 @@
 
 Differences from upstream, on purpose: the random subset draws without replacement (no
 duplicates); --ref-dataset really filters (upstream parses it but never passes it on); samples of a
-fairseq dataset without ``ids`` (e.g. translation) get their index as id instead of failing.
-Files with torch tensors are written reproducibly (same input -> byte-identical files).
+fairseq dataset without ``ids`` (e.g. translation) get their index as id instead of failing, and
+so do samples of an npy without ids (upstream's own random datasets). Files are written in the
+upstream format, torch tensors, so upstream get_metrics.py reads them too; reproducibly (same input
+-> byte-identical files).
 """
 from __future__ import annotations
 
@@ -125,26 +127,29 @@ def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str
 # ---------------------------------------------------------------- writing
 
 
-def _has_tensors(samples: list[dict]) -> bool:
-    torch = sys.modules.get("torch")
-    if torch is None:
+def _torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except (ImportError, OSError):  # OSError: a torch build that cannot load its libraries
         return False
-    return any(isinstance(v, torch.Tensor) for s in samples for v in s["net_input"].values())
+    return True
 
 
 def write_dataset(samples: list[dict], path: Path) -> Path:
-    """The upstream npy layout; torch tensors stay torch tensors (upstream get_metrics feeds them
-    to models as they are) and are written reproducibly."""
+    """The upstream npy layout with torch tensors, as upstream data_utils writes it: upstream
+    get_metrics.py feeds src_tokens to models as they are (numpy arrays fail on .size()). Written
+    reproducibly. Without torch: numpy arrays, and a note on stderr that upstream cannot use them."""
     from ..datasets import save_npy_dataset
 
+    as_torch = _torch_available()
     try:
-        if _has_tensors(samples):
-            from ..tiny.fairseq_tiny import save_npy_dataset as save_torch_npy
-
-            return save_torch_npy(samples, path)
-        return save_npy_dataset(samples, path)
+        path = save_npy_dataset(samples, path, torch_tensors=as_torch)
     except OSError as exc:
         raise S2STError(f"{path}: cannot write dataset: {exc.strerror or exc}") from None
+    if not as_torch:
+        print(f"{PROG}: note: torch is not installed: {path} holds numpy arrays, which upstream "
+              "get_metrics.py cannot feed to its models", file=sys.stderr)
+    return path
 
 
 def _plain_id(x: Any) -> Any:

@@ -34,6 +34,7 @@ LAYOUTS = {
     "2StageS2ST": ("s2t", "tts"), "3StageS2ST": ("s2t", "mt", "tts"),
     "HubertUnits": ("hubert", "vocoder?"),
 }
+SPEECH_IN = ("s2t", "s2u", "s2s")  # roles whose model reads speech features
 _BASE_NS: Namespace | None = None
 
 
@@ -217,6 +218,51 @@ def librosa_compat() -> None:
     audio_utils.get_mel_filters = vocoder.get_mel_filters = get_mel_filters
 
 
+def waveform_features(data_cfg: Any, wav: Any, sample_rate: int, where: str) -> torch.Tensor:
+    """A raw waveform -> what fairseq's SpeechToTextDataset makes of a .wav entry
+    (get_features_or_waveform): the waveform itself when the data config sets use_audio_input,
+    else get_fbank's path (the config's waveform transforms on 16-bit-scaled audio, Kaldi log-mel
+    fbank through PyKaldi or torchaudio) and then the config's feature transforms. Returns [1, T, C]
+    features (or a [1, N] waveform)."""
+    from fairseq.data.audio import audio_utils
+    from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
+    from fairseq.data.audio.waveform_transforms import CompositeAudioWaveformTransform
+
+    wav = np.asarray(wav, dtype=np.float32).reshape(1, -1)
+    if data_cfg.use_audio_input:
+        if sample_rate != data_cfg.use_sample_rate:  # fairseq would resample with sox; we never resample silently
+            raise S2STError(f"{where}: the model takes {data_cfg.use_sample_rate} Hz audio, the dataset is "
+                            f"{sample_rate} Hz (set general.sample_rate or resample the dataset)")
+        x = torch.from_numpy(wav[0].copy())
+        if data_cfg.standardize_audio():
+            x = torch.nn.functional.layer_norm(x, x.shape)
+        return x.view(1, -1)
+    n_bins = data_cfg.input_feat_per_channel
+    wav = wav * 2 ** 15  # get_fbank reads with normalization=False: Kaldi fbank expects 16-bit sample values
+    transforms = CompositeAudioWaveformTransform.from_config_dict(data_cfg.get_waveform_transforms("test", False))
+    if transforms is not None:
+        wav, sample_rate = transforms(wav, sample_rate)
+    try:
+        feats = audio_utils._get_kaldi_fbank(wav, sample_rate, n_bins)
+        if feats is None:
+            feats = audio_utils._get_torchaudio_fbank(wav, sample_rate, n_bins)
+    except (OSError, RuntimeError) as exc:  # a torchaudio built for another torch raises OSError, not ImportError
+        raise S2STError(f"{where}: computing the {n_bins}-dim fbank features the model takes from raw audio "
+                        f"failed: {_one_line(exc)}") from None
+    if feats is None:
+        raise S2STError(f"{where}: the model takes {n_bins}-dim log-mel fbank features; computing them from raw "
+                        "audio needs torchaudio or PyKaldi (pip install torchaudio), or use an npy feature dataset")
+    transforms = CompositeAudioFeatureTransform.from_config_dict(data_cfg.get_feature_transforms("test", False))
+    if transforms is not None:
+        feats = transforms(feats)
+    return torch.from_numpy(np.ascontiguousarray(feats, dtype=np.float32)).unsqueeze(0)
+
+
+def _is_waveform(x: torch.Tensor) -> bool:
+    """[N] or [1, N] floats (a raw dataset sample); speech features are [1, T, C]."""
+    return x.is_floating_point() and (x.dim() == 1 or (x.dim() == 2 and x.shape[0] == 1))
+
+
 def _to_device(sample: Any, device: str) -> Any:
     if isinstance(sample, torch.Tensor):
         return sample.to(device)
@@ -254,7 +300,8 @@ class ProcessingStage(_StageBase):
         from fairseq_cli.generate import get_symbols_to_strip_from_output
 
         self.name = self.role = role
-        self.device = device
+        self.device, self.where = device, where
+        self.input_rate = int(getattr(ns, "sample_rate", None) or 16000)  # a raw dataset's rate (general.sample_rate)
         check_stage_files(role, ns, where)
         state = read_checkpoint(role, ns, where, {})
         cfg = convert_namespace_to_omegaconf(ns)
@@ -304,6 +351,27 @@ class ProcessingStage(_StageBase):
         return {"units": text} if self.role == "s2u" else {"text": text}
 
 
+def _guard_griffin_lim(vocoder: Any, ns: Namespace, where: str) -> None:
+    """Griffin-Lim re-analyses its own iSTFT output with reflect padding of n_fft/2, which needs more
+    than n_fft/2 samples, i.e. at least n_fft//2//hop + 2 frames: refuse shorter outputs in one line
+    (fairseq raises a bare RuntimeError from F.pad or conv1d)."""
+    from fairseq.models.text_to_speech.vocoder import GriffinLimVocoder
+
+    if not isinstance(vocoder, GriffinLimVocoder) or not vocoder.gl_transform.n_iter:
+        return
+    gl = vocoder.gl_transform
+    need = gl.n_fft // 2 // gl.hop_length + 2
+
+    def check(_module, args):
+        frames = int(args[0].shape[-2])  # (B x) T x n_mels
+        if frames < need:
+            raise S2STError(f"{where}: the model emitted {frames} frame(s); Griffin-Lim needs at least {need} "
+                            f"(n_fft {gl.n_fft}, hop {gl.hop_length}): raise max_target_positions (now "
+                            f"{getattr(ns, 'max_target_positions', None)}) or use a trained model")
+
+    vocoder.register_forward_pre_hook(check)
+
+
 class SpeechGenerationStage(_StageBase):
     """Upstream SpeechGeneration: TTS (text in) and S2S (speech features in); waveform out via the task's vocoder."""
 
@@ -312,7 +380,8 @@ class SpeechGenerationStage(_StageBase):
         from fairseq import checkpoint_utils, tasks
 
         self.name = self.role = role
-        self.device = device
+        self.device, self.where = device, where
+        self.input_rate = int(getattr(ns, "sample_rate", None) or 16000)
         check_stage_files(role, ns, where)
         if ns.task == "speech_to_speech":
             ns.normalize_waveform = False
@@ -331,6 +400,7 @@ class SpeechGenerationStage(_StageBase):
         vocoder = getattr(self.generator, "vocoder", None)
         if vocoder is not None:
             vocoder.to(device)
+            _guard_griffin_lim(vocoder, ns, where)
         features = self.task.data_cfg.config.get("features") or {}
         self.sample_rate = int(features.get("sample_rate", 16000))
         self.asset_files = [Path(ns.path), *data_files(role, ns, self.task)]
@@ -357,6 +427,7 @@ class SpeechGenerationStage(_StageBase):
 
     def forward(self, x: dict) -> dict:
         x["speaker"] = None
+        x["target_lengths"] = None  # read by FastSpeech2's generator (non-autoregressive); None: predicted durations
         with torch.inference_mode():
             out = self.generator.generate(self.model, x)
         return {"waveform": _waveform(out[0]["waveform"]), "sample_rate": self.sample_rate}
@@ -499,6 +570,10 @@ class FairseqPipeline:
                            for v in (net_input["src_tokens"], net_input["src_lengths"]))
         tokens = tokens.float() if tokens.is_floating_point() else tokens.long()
         lengths = lengths.long().view(-1)
+        if first.role in SPEECH_IN and _is_waveform(tokens):
+            # a raw dataset's [1, N] waveform: computed into what the model's data config asks for
+            tokens = waveform_features(first.task.data_cfg, tokens.cpu().numpy(), first.input_rate, first.where)
+            lengths = torch.tensor([tokens.shape[1]])
         out = {"net_input": {"src_tokens": tokens, "src_lengths": lengths}}
         if isinstance(first, SpeechGenerationStage):
             out["net_input"]["prev_output_tokens"] = None

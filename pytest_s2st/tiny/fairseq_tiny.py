@@ -2,8 +2,9 @@
 
 ``stage_all(out)`` writes, with fixed seeds, an S2T, an MT, a TTS (+ HiFi-GAN), an S2S
 (s2spect, + HiFi-GAN) and an S2UT model (+ CodeHiFiGAN with a duration predictor), a tiny HuBERT
-with k-means centroids, a speech npy dataset, token npy and text jsonl datasets, a raw (tsv + wav)
-dataset, and one ready-to-run config per model type (the upstream seven, plus HubertUnits). Same
+with k-means centroids, a FastSpeech2 TTS (+ HiFi-GAN), a speech npy dataset, token npy and text
+jsonl datasets, a raw (tsv + wav) dataset, and one ready-to-run config per model type (the upstream
+seven, plus HubertUnits, TTS-FastSpeech2 and 2StageS2ST-FastSpeech2). Same
 seed -> same SHA256 of every file. ``default_configs()`` stages once into a cache dir shared by
 processes.
 
@@ -12,6 +13,7 @@ Imports torch/fairseq lazily: this module is only imported when staging is asked
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from argparse import Namespace
@@ -29,6 +31,8 @@ DATASET_SIZE = 2  # what the staged configs benchmark (general.dataset_size)
 TTS_FRAMES = 40  # TTS/S2S stage arg max_target_positions: the EOS never fires, so exactly this many frames
 MODEL_TYPES = ("S2T", "MT", "TTS", "S2S", "S2UT", "2StageS2ST", "3StageS2ST")
 EXTRA_TYPES = ("HubertUnits",)  # staged too, but not part of the upstream seven
+FS2_CONFIGS = ("TTS-FastSpeech2", "2StageS2ST-FastSpeech2")  # extra configs: the same types, FastSpeech2 as TTS
+FS2_FRAMES_PER_TOKEN = 4  # the FastSpeech2 duration predictor is pinned: every input token lasts this many frames
 
 EN_WORDS = "hello world this is a tiny test of speech models running offline".split()
 ES_WORDS = "hola mundo esta es una prueba pequena de modelos del habla hoy".split()
@@ -47,6 +51,8 @@ TTS_FEATURES = {
     "win_len_t": 1024 / 22050, "hop_len_t": 256 / 22050, "f_min": 0, "f_max": 8000,
     "window_fn": "hann", "eps": 1.0e-5,
 }
+# FastSpeech2's pitch/energy embeddings bucket the predictions between these (normalised) bounds
+FS2_FEATURES = dict(TTS_FEATURES, pitch_min=-4.0, pitch_max=4.0, energy_min=-4.0, energy_max=4.0)
 S2S_FEATURES = dict(TTS_FEATURES, sample_rate=16000, win_len_t=0.025, hop_len_t=0.01, n_fft=512)
 
 
@@ -108,44 +114,10 @@ def _write_dict(path: Path, words: list[str]) -> None:
 
 def save_npy_dataset(samples: list[dict], path: Path) -> Path:
     """The upstream npy layout (np.save of a list of {id, net_input}) with torch tensors, as
-    upstream data_utils writes it, but reproducible: pickle.dumps(tensor) stores each storage under
-    its memory address (torch's legacy format), so tensors are reduced here the way torch does
-    (_rebuild_tensor_v2 + storage._load_from_bytes) with the storage bytes in torch's zip format,
-    which depends on the content only. Both np.load(allow_pickle=True) and torch-aware safe
-    loaders read it back as torch tensors."""
-    import collections
-    import copyreg
-    import io
-    import pickle
+    upstream data_utils writes it, but reproducible; one writer for this and s2st-dataset."""
+    from ..datasets import save_npy_dataset as save
 
-    import numpy as np
-    import torch
-
-    class _StorageBytes:
-        def __init__(self, t: torch.Tensor) -> None:
-            buf = io.BytesIO()
-            storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
-            torch.save(storage, buf)
-            self.data = buf.getvalue()
-
-        def __reduce__(self):
-            return (torch.storage._load_from_bytes, (self.data,))
-
-    def reduce_tensor(t: torch.Tensor):
-        t = t.detach().clone(memory_format=torch.contiguous_format)  # own storage, offset 0
-        return (torch._utils._rebuild_tensor_v2,
-                (_StorageBytes(t), 0, tuple(t.size()), t.stride(), False, collections.OrderedDict()))
-
-    class _Pickler(pickle.Pickler):
-        dispatch_table = copyreg.dispatch_table.copy()
-        dispatch_table[torch.Tensor] = reduce_tensor
-
-    arr = np.empty(len(samples), dtype=object)
-    arr[:] = samples
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
-        _Pickler(f, protocol=3).dump(arr)
-    return path
+    return save(samples, path, torch_tensors=True)
 
 
 def _relativize(obj: Any, root: str) -> Any:
@@ -200,6 +172,13 @@ def _never_eos(model) -> None:
     # a random decoder rarely predicts EOS; make that "never" so max_target_positions bounds the output
     model.decoder.eos_proj.weight.zero_()
     model.decoder.eos_proj.bias.fill_(-20.0)
+
+
+def _pin_durations(model) -> None:
+    # a random duration predictor gives 0-1 frames per token (too few for a vocoder): make it a constant
+    proj = model.encoder.var_adaptor.duration_predictor.proj
+    proj.weight.zero_()
+    proj.bias.fill_(math.log(1 + FS2_FRAMES_PER_TOKEN))  # FastSpeech2 emits round(exp(x) - 1) frames
 
 
 def _save_vocoder(model, cfg: dict, cfg_path: Path, ckpt: Path) -> None:
@@ -304,6 +283,28 @@ def build_tts(out: Path, seed: int) -> tuple[Path, Path]:
             "--prenet-dim", "16", "--postnet-conv-dim", "16", "--postnet-layers", "2",
             "--postnet-conv-kernel-size", "3", *_TINY, *_TRAIN]
     _save_like_fairseq_train(argv, d / "checkpoint.pt", out, seed, mutate=_never_eos)
+    return d / "checkpoint.pt", voc
+
+
+@_quiet
+def build_fastspeech2(out: Path, seed: int) -> tuple[Path, Path]:
+    """The non-autoregressive TTS (arch fastspeech2), with the TTS's vocabulary, features and HiFi-GAN."""
+    d = out / "fastspeech2"
+    d.mkdir(parents=True, exist_ok=True)
+    _write_yaml(d / "config.yaml", {
+        "features": FS2_FEATURES, "vocab_filename": "dict.txt",
+        "vocoder": {"type": "hifigan", "config": "hifigan.json", "checkpoint": "hifigan.pt"},
+    })
+    _write_dict(d / "dict.txt", EN_WORDS + ES_WORDS)  # = tts/dict.txt: the TTS token dataset fits both
+    voc = _build_hifigan(d, seed, [8, 8, 4], 22050)
+    argv = [str(d), "--task", "text_to_speech", "--arch", "fastspeech2", "--config-yaml", "config.yaml",
+            "--criterion", "fastspeech2", "--encoder-layers", "1", "--decoder-layers", "1",
+            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-attention-heads", "2",
+            "--decoder-attention-heads", "2", "--fft-hidden-dim", "32", "--fft-kernel-size", "3",
+            "--var-pred-n-bins", "16", "--var-pred-hidden-dim", "16", "--var-pred-kernel-size", "3",
+            "--add-postnet", "--postnet-layers", "2", "--postnet-conv-dim", "16",
+            "--postnet-conv-kernel-size", "3", *_TRAIN]
+    _save_like_fairseq_train(argv, d / "checkpoint.pt", out, seed, mutate=_pin_durations)
     return d / "checkpoint.pt", voc
 
 
@@ -464,7 +465,10 @@ def _stages() -> dict[str, dict]:
            "dur_prediction": True}
     hubert = {"hubert_ckpt_path": "../hubert/checkpoint.pt", "hubert_layer": HUBERT_LAYER,
               "hubert_km_path": "../hubert/km.npy"}
-    return {"s2t": s2t, "mt": mt, "tts": tts, "s2s": s2s, "s2u": s2u, "vocoder": voc, "hubert": hubert}
+    fs2 = {"data": "../fastspeech2", "task": "text_to_speech", "path": "../fastspeech2/checkpoint.pt",
+           "config_yaml": "config.yaml", "vocoder": "hifigan"}  # non-autoregressive: no frame bound needed
+    return {"s2t": s2t, "mt": mt, "tts": tts, "s2s": s2s, "s2u": s2u, "vocoder": voc, "hubert": hubert,
+            "fs2": fs2}
 
 
 def write_configs(out: Path) -> dict[str, Path]:
@@ -474,25 +478,29 @@ def write_configs(out: Path) -> dict[str, Path]:
     s = _stages()
     # text models read token npy datasets (upstream's format); data/text_*.jsonl hold the same texts
     speech, en, es = "../data/speech.npy", "../data/tokens_mt_en.npy", "../data/tokens_tts_es.npy"
-    layouts = {
-        "S2T": (speech, [s["s2t"]]),
-        "MT": (en, [s["mt"]]),
-        "TTS": (es, [s["tts"]]),
-        "S2S": (speech, [s["s2s"]]),
-        "S2UT": (speech, [s["s2u"], s["vocoder"]]),
-        "2StageS2ST": (speech, [s["s2t"], s["tts"]]),
-        "3StageS2ST": (speech, [s["s2t"], s["mt"], s["tts"]]),
-        "HubertUnits": ("../data/raw.tsv", [s["hubert"], s["vocoder"]]),
+    layouts = {  # config name: (model_type, dataset, stages)
+        "S2T": ("S2T", speech, [s["s2t"]]),
+        "MT": ("MT", en, [s["mt"]]),
+        "TTS": ("TTS", es, [s["tts"]]),
+        "S2S": ("S2S", speech, [s["s2s"]]),
+        "S2UT": ("S2UT", speech, [s["s2u"], s["vocoder"]]),
+        "2StageS2ST": ("2StageS2ST", speech, [s["s2t"], s["tts"]]),
+        "3StageS2ST": ("3StageS2ST", speech, [s["s2t"], s["mt"], s["tts"]]),
+        "HubertUnits": ("HubertUnits", "../data/raw.tsv", [s["hubert"], s["vocoder"]]),
+        "TTS-FastSpeech2": ("TTS", es, [s["fs2"]]),
+        "2StageS2ST-FastSpeech2": ("2StageS2ST", speech, [s["s2t"], s["fs2"]]),
     }
     paths = {}
-    for model_type, (dataset, stages) in layouts.items():
+    for name, (model_type, dataset, stages) in layouts.items():
         doc = {"general": _general(model_type, dataset)}
+        if name != model_type:  # a variant: its own name, so its rows never merge with the type's own config
+            doc["general"]["name"] = f"tiny-{name.split('-', 1)[1].lower()}"
         if dataset.endswith(".tsv"):
             doc["general"]["dataset_type"] = "raw"
             doc["general"]["read_using_sf"] = True
         doc.update({f"stage{i}": dict(st) for i, st in enumerate(stages, 1)})
-        paths[model_type] = c / f"{model_type}.yaml"
-        _write_yaml(paths[model_type], doc)
+        paths[name] = c / f"{name}.yaml"
+        _write_yaml(paths[name], doc)
     return paths
 
 
@@ -535,6 +543,7 @@ def stage_all(out_dir: Path, *, seed: int = SEED) -> dict:
             datasets.update(build_token_datasets(out))
             datasets["raw"] = build_raw_dataset(out, seed)
             timed("hubert", build_hubert)
+            timed("fastspeech2", build_fastspeech2)  # each builder seeds itself: the others stay byte-identical
     finally:
         torch.set_num_threads(threads)
     configs = write_configs(out)
