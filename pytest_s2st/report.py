@@ -113,8 +113,14 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
     return table(header, body) if body else []
 
 
+def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Fullnames of the benchmarks (not their stage rows) that have no counterpart in the saved run."""
+    return [row.fullname for row in rows if not row.name.startswith(" ") and row.fullname not in compared]
+
+
 def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:
-    out = []
+    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked)."""
+    out = [f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
     for row in rows:
         old = compared.get(row.fullname)
         if old is None:

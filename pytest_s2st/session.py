@@ -213,7 +213,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_inference(self, tr: Any) -> None:
-        from .report import missing_notes, render_compare, render_table
+        from .report import missing_notes, render_compare, render_table, unmatched
 
         rows = self.rows()
         tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
@@ -227,6 +227,13 @@ class S2STSession:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
             for line in lines:
                 tr.write_line(line)
+        if self.config.getoption("benchmark_compare", None):
+            missing = unmatched(rows, compared)
+            if missing:
+                tr.write_line(f"s2st: {len(missing)} of {len(self.results)} benchmark(s) have no counterpart in "
+                              f"the compared run (nothing to compare them with):")
+                for name in missing:
+                    tr.write_line(f"    {name}")
 
     def _display_service(self, tr: Any) -> None:
         from .report import render_service_table

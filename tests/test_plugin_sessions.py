@@ -330,3 +330,23 @@ def test_a_case_name_with_dots_and_slashes_dumps_under_the_dump_dir(pytester):
     wavs = list(pytester.path.rglob("*.wav"))
     assert wavs and all(w.resolve().is_relative_to((pytester.path / "dumps").resolve()) for w in wavs)
     assert not (pytester.path.parent / "escaped").exists()
+
+
+def test_compare_says_which_rows_have_no_counterpart_and_compare_fail_fails_on_them(pytester):
+    """A compare that matches only some rows says which did not; under --s2st-compare-fail an
+    unmatched row is a failure: nothing was checked for it."""
+    a = write_case(pytester.path, "lin", ["build_linear"])
+    b = write_case(pytester.path, "np", ["build_numpy"])
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    first = pytester.runpytest(*FAST, f"--s2st-config={a}", "--benchmark-autosave")
+    first.assert_outcomes(passed=1)
+    plain = pytester.runpytest(*FAST, f"--s2st-config={a}", f"--s2st-config={b}", "--benchmark-compare")
+    plain.assert_outcomes(passed=2)
+    assert plain.ret == 0
+    plain.stdout.fnmatch_lines(["*s2st: 1 of 2 benchmark(s) have no counterpart in the compared run*",
+                                "*test_bench.py::test_inference?callable-np?"])
+    gated = pytester.runpytest(*FAST, f"--s2st-config={a}", f"--s2st-config={b}", "--benchmark-compare",
+                               "--s2st-compare-fail=flops:1%")
+    assert gated.ret == 1
+    gated.stdout.fnmatch_lines(["*s2st regressions (--s2st-compare-fail)*",
+                                "test_bench.py::test_inference?callable-np?: no counterpart in the compared run*"])
