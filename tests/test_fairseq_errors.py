@@ -18,12 +18,6 @@ from pytest_s2st.pipelines import base  # noqa: E402
 from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def staged(tmp_path_factory) -> Path:
-    root = tmp_path_factory.getbasetemp() / "fairseq-stage"
-    fairseq_tiny.default_configs(root)
-    return root
-
 
 @pytest.fixture
 def work(staged, tmp_path) -> Path:

@@ -19,19 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 HOP = 256  # the staged features' hop_len_t at 22.05 kHz = the HiFi-GAN's upsampling
 
 
-@pytest.fixture(scope="session")
-def staged(tmp_path_factory) -> Path:
-    root = tmp_path_factory.getbasetemp() / "fairseq-stage"
-    fairseq_tiny.default_configs(root)
-    return root
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # staged and one_thread: tests/conftest.py
 
 
 def build(staged: Path, name: str, edit=None):

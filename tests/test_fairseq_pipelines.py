@@ -26,19 +26,7 @@ EXPECT = {  # stage names and what each returns
 }
 
 
-@pytest.fixture(scope="session")
-def staged(tmp_path_factory) -> Path:
-    root = tmp_path_factory.getbasetemp() / "fairseq-stage"
-    fairseq_tiny.default_configs(root)
-    return root
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # staged and one_thread: tests/conftest.py
 
 
 def merged_stages(config: Path) -> tuple[str, list[dict], dict]:

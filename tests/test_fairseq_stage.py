@@ -18,13 +18,6 @@ from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def staged(tmp_path_factory) -> Path:
-    """One staging per session, through the cache entry point (shared with the other fairseq test files)."""
-    root = tmp_path_factory.getbasetemp() / "fairseq-stage"
-    fairseq_tiny.default_configs(root)
-    return root
-
 
 def _hashes(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
