@@ -15,7 +15,6 @@ import torch  # noqa: E402
 from pytest_s2st.config import load_config  # noqa: E402
 from pytest_s2st.errors import S2STError  # noqa: E402
 from pytest_s2st.pipelines import base  # noqa: E402
-from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 
 
 
