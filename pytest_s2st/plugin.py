@@ -207,6 +207,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
+        # what compare matches on: independent of the rootdir (see report.identity)
+        measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
         state.add_measurement(request.node, measurement)
 
         def drive(rounds) -> str:

@@ -27,13 +27,24 @@ class Row:
     fullname: str      # pytest-benchmark's fullname (node id); stage rows add "::<stage>"
     metrics: Mapping[str, Mapping[str, Any]]  # metric -> Metric.to_dict()
     status: str = ""   # verdict of the test (PASS/FAIL/INCONCLUSIVE) or ""
+    key: str = ""      # what compare matches on (identity, see rows_from); stage rows add "::<stage>"
+
+
+def identity(s2st: Mapping[str, Any], fullname: str) -> str:
+    """A saved benchmark's stable identity: the test file's name and the test's name with its case
+    (``test_inference.py::test_inference[S2UT-tiny]``). Unlike pytest's node id it does not move with the
+    rootdir, which pytest picks before plugin options exist (``--s2st-config /abs/x.yaml`` spelled with a
+    space counts as a test path there). Runs saved before it existed fall back to the fullname."""
+    return str(s2st.get("identity") or fullname)
 
 
 def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "") -> list[Row]:
-    rows = [Row(name, fullname, s2st.get("metrics", {}), status)]
+    key = identity(s2st, fullname)
+    rows = [Row(name, fullname, s2st.get("metrics", {}), status, key)]
     stages = s2st.get("stages", [])
     if len(stages) > 1:
-        rows += [Row(f"  {st['name']}", f"{fullname}::{st['name']}", st.get("metrics", {})) for st in stages]
+        rows += [Row(f"  {st['name']}", f"{fullname}::{st['name']}", st.get("metrics", {}), "", f"{key}::{st['name']}")
+                 for st in stages]
     return rows
 
 
@@ -72,15 +83,21 @@ def missing_notes(rows: Sequence[Row]) -> list[str]:
 
 
 def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """A saved pytest-benchmark JSON benchmark entry -> {fullname[::stage]: metrics}."""
+    """A saved pytest-benchmark JSON benchmark entry -> {identity[::stage]: metrics}."""
     s2st = (saved.get("extra_info") or {}).get("s2st")
     if not s2st:
         return {}
-    fullname = saved["fullname"]
-    out = {fullname: s2st.get("metrics", {})}
+    key = identity(s2st, saved["fullname"])
+    out = {key: s2st.get("metrics", {})}
     for stage in s2st.get("stages", []):
-        out[f"{fullname}::{stage['name']}"] = stage.get("metrics", {})
+        out[f"{key}::{stage['name']}"] = stage.get("metrics", {})
     return out
+
+
+def saved_counterpart(row: Row, compared: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The saved metrics of the same benchmark: by identity, else (runs saved before identities) by fullname."""
+    old = compared.get(row.key) if row.key else None
+    return compared.get(row.fullname) if old is None else old
 
 
 def _value(metrics: Mapping[str, Any], key: str) -> float | None:
@@ -99,7 +116,7 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
     header = ["Name"] + [title for _, title in COLUMNS]
     body = []
     for row in rows:
-        old = compared.get(row.fullname)
+        old = saved_counterpart(row, compared)
         if old is None:
             continue
         cells = [row.name]
@@ -115,14 +132,14 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
 
 def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Fullnames of the benchmarks (not their stage rows) that have no counterpart in the saved run."""
-    return [row.fullname for row in rows if not row.name.startswith(" ") and row.fullname not in compared]
+    return [row.fullname for row in rows if not row.name.startswith(" ") and saved_counterpart(row, compared) is None]
 
 
 def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:
     """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked)."""
     out = [f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
     for row in rows:
-        old = compared.get(row.fullname)
+        old = saved_counterpart(row, compared)
         if old is None:
             continue
         for limit in limits:

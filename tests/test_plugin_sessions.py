@@ -350,3 +350,44 @@ def test_compare_says_which_rows_have_no_counterpart_and_compare_fail_fails_on_t
     assert gated.ret == 1
     gated.stdout.fnmatch_lines(["*s2st regressions (--s2st-compare-fail)*",
                                 "test_bench.py::test_inference?callable-np?: no counterpart in the compared run*"])
+
+
+DOUBLING_PY = '''
+import os, torch
+
+def build_linear_n():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(80, 32, bias=False)
+    times = int(os.environ["S2ST_TEST_TIMES"])
+    def forward(sample):
+        with torch.inference_mode():
+            x = torch.as_tensor(sample["net_input"]["src_tokens"], dtype=torch.float32)
+            for _ in range(times):
+                out = layer(x)
+            return out
+    return forward
+'''
+
+
+def test_compare_matches_however_the_config_path_was_spelled(pytester, tmp_path, monkeypatch):
+    """Issue 11's reproduction: `--s2st-config /elsewhere/other.yaml` (space form) moves pytest's rootdir,
+    so node ids change between runs; our compare matches on the stable identity and catches doubled FLOPs."""
+    bench = pytester.mkdir("benchmarks")
+    (bench / "test_bench.py").write_text(BENCH_TEST)
+    (pytester.path / "dbl.py").write_text(DOUBLING_PY)
+    mine = write_case(pytester.path, "mm", ["build_numpy"])
+    mine.write_text(mine.read_text().replace("models.py:build_numpy", "dbl.py:build_linear_n"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = write_case(elsewhere, "other", ["build_numpy"])
+    monkeypatch.setenv("S2ST_TEST_TIMES", "1")
+    first = pytester.runpytest_subprocess(*FAST, "benchmarks", "--s2st-config", str(mine), "--s2st-config", str(other),
+                                          "--benchmark-autosave")
+    first.assert_outcomes(passed=2)
+    monkeypatch.setenv("S2ST_TEST_TIMES", "2")  # twice the work
+    second = pytester.runpytest_subprocess(*FAST, "benchmarks", f"--s2st-config={mine}", f"--s2st-config={other}",
+                                           "--benchmark-compare", "--s2st-compare-fail=flops:1%")
+    assert second.ret == 1
+    second.stdout.fnmatch_lines(["*s2st regressions (--s2st-compare-fail)*",
+                                 "*test_inference?callable-mm?: flops regressed +100.00%*"])
+    assert "no counterpart" not in second.stdout.str()
