@@ -122,12 +122,29 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
         cells = [row.name]
         for key, _ in COLUMNS:
             new_v, old_v = _value(row.metrics, key), _value(old, key)
+            change = runtime_change(old, row.metrics) if key == "runtime_s" else None
             if new_v is None and old_v is None:
                 cells.append("n/a")
+            elif change is not None:
+                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({change.describe()})")
             else:
                 cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
         body.append(cells)
     return table(header, body) if body else []
+
+
+def _rounds(metrics: Mapping[str, Any], key: str) -> list[float] | None:
+    return ((metrics.get(key) or {}).get("details") or {}).get("rounds_s")
+
+
+def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
+    """The significance of a runtime change from both runs' timed rounds, or None when a side kept none."""
+    before, after = _rounds(old, "runtime_s"), _rounds(new, "runtime_s")
+    if not before or not after:
+        return None
+    from .significance import compare_rounds
+
+    return compare_rounds(before, after)
 
 
 def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -144,11 +161,39 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
             continue
         for limit in limits:
             change = limit.exceeded(_value(old, limit.metric), _value(row.metrics, limit.metric))
-            if change is not None:
-                unit = "%" if limit.percent else ""
-                out.append(f"{row.fullname}: {limit.metric} regressed {change:+.2f}{unit} "
-                           f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
-                           f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}), limit {limit}")
+            if change is None:
+                continue
+            if limit.metric == "runtime_s" and not _significantly_slower(old, row.metrics):
+                continue  # past the limit, but within what the rounds' spread allows: not a regression
+            unit = "%" if limit.percent else ""
+            out.append(f"{row.fullname}: {limit.metric} regressed {change:+.2f}{unit} "
+                       f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
+                       f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}), limit {limit}")
+    return out
+
+
+def _significantly_slower(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A runtime regression must be significant; runs saved without rounds cannot show that."""
+    from .significance import SLOWER
+
+    change = runtime_change(old, new)
+    return change is not None and change.word == SLOWER
+
+
+def insignificant(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:
+    """Runtime changes past a --s2st-compare-fail limit that were not failed, and why."""
+    out = []
+    for row in rows:
+        old = saved_counterpart(row, compared)
+        for limit in limits:
+            if old is None or limit.metric != "runtime_s":
+                continue
+            if limit.exceeded(_value(old, "runtime_s"), _value(row.metrics, "runtime_s")) is None:
+                continue
+            if not _significantly_slower(old, row.metrics):
+                change = runtime_change(old, row.metrics)
+                why = change.describe() if change is not None else "no timed rounds saved on one side"
+                out.append(f"{row.fullname}: runtime_s past {limit} but not a significant slowdown ({why})")
     return out
 
 

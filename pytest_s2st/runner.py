@@ -92,7 +92,11 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
             continue
         values = [m.value for _, m in parts]
         how = BY_NAME[name].aggregate  # runtime and FLOPs add up, memory peaks take the max
-        out[name] = Metric(sum(values) if how == "sum" else max(values), method, details={"over_stages": how})
+        details: dict[str, Any] = {"over_stages": how}
+        rounds = [m.details.get("rounds_s") for _, m in parts]
+        if how == "sum" and all(rounds) and len({len(r) for r in rounds}) == 1:
+            details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
+        out[name] = Metric(sum(values) if how == "sum" else max(values), method, details=details)
     return out
 
 
@@ -215,7 +219,9 @@ class TimedRounds:
                 out.append(Metric.missing(method, "no timed round ran"))
                 continue
             mean = sum(durations) / len(durations)
-            out.append(Metric(mean, method, details={"rounds": len(durations), "min": min(durations), "max": max(durations)}))
+            # every round is kept: compare judges a change against the spread (significance.py)
+            out.append(Metric(mean, method, details={"rounds": len(durations), "min": min(durations),
+                                                     "max": max(durations), "rounds_s": list(durations)}))
         return out
 
 

@@ -213,7 +213,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_inference(self, tr: Any) -> None:
-        from .report import missing_notes, render_compare, render_table, unmatched
+        from .report import insignificant, missing_notes, render_compare, render_table, unmatched
 
         rows = self.rows()
         tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
@@ -227,6 +227,10 @@ class S2STSession:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
             for line in lines:
                 tr.write_line(line)
+            tr.write_line("runtime: new/old ratio of means [95% bootstrap interval] and a word; "
+                          "other columns: plain change")
+            for note in insignificant(rows, compared, self.option("compare_fail") or ()):
+                tr.write_line(f"note: {note}")
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)
             if missing:

@@ -270,10 +270,10 @@ def test_pytest_benchmarks_compare_fail_does_not_hide_ours(pytester, monkeypatch
     cfg.write_text(cfg.read_text().replace("models.py:build_numpy", "sleepy.py:build_sleepy"))
     pytester.makepyfile(test_bench=BENCH_TEST)
     monkeypatch.setenv("S2ST_TEST_DELAY", "0.001")
-    first = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-autosave")
+    first = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-autosave", "--s2st-repeat=3")
     first.assert_outcomes(passed=1)
     monkeypatch.setenv("S2ST_TEST_DELAY", "0.02")
-    second = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-compare",
+    second = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--benchmark-compare", "--s2st-repeat=3",
                                            "--benchmark-compare-fail=mean:5%", "--s2st-compare-fail=runtime_s:5%")
     assert second.ret != 0
     second.stdout.fnmatch_lines([
