@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS, fmt_seconds, format_value  # noqa: F401
+from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS
+from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .settings import CompareLimit
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
 COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
-
-
-def fmt_metric(name: str, value: float | None) -> str:
-    return format_value(name, value)
 
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -260,6 +261,19 @@ def test_pipeline_synthesizer_chains_stages():
         pipeline_synthesizer(Bad())({"text": "x"})
 
 
+@contextlib.contextmanager
+def _serving(args: list[str], ident: Path):
+    """s2st-serve ARGS on a free port: (process, identity JSON); killed at the end if still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", *args, "--port", "0",
+                             "--identity-output", str(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc, _wait_for_file(ident, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -296,11 +310,7 @@ def test_cli_serves_writes_identity_and_stops_on_sigterm(tmp_path, mode):
         cfg = tmp_path / "tts.yaml"
         cfg.write_text("general:\n  model_type: callable\nstage1:\n  entry: tone.py:make\n")
         args = ["--s2st-config", str(cfg)]
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", *args, "--port", "0",
-                             "--identity-output", str(ident), "--queue-size", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        identity = _wait_for_file(ident, proc)
+    with _serving([*args, "--queue-size", "3"], ident) as (proc, identity):
         assert identity["host"] == "127.0.0.1" and identity["port"] > 0 and identity["queue_size"] == 3
         assert identity["code"]["package"] == "pytest-s2st" and len(identity["code"]["server_module_sha256"]) == 64
         status, events = _post_once(identity["endpoint"])
@@ -312,10 +322,6 @@ def test_cli_serves_writes_identity_and_stops_on_sigterm(tmp_path, mode):
             assert any(p.endswith("tone.py") for p in identity["assets"])
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_cli_serves_the_case_pytest_resolved(tmp_path):
@@ -333,10 +339,7 @@ def test_cli_serves_the_case_pytest_resolved(tmp_path):
     case_json.write_text(json.dumps(data))
     cfg.write_text("general: {model_type: S2T}\n")  # what a re-read would see: a type that cannot serve speech
     ident = tmp_path / "identity.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--case", str(case_json), "--port", "0",
-                             "--identity-output", str(ident)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        identity = _wait_for_file(ident, proc)
+    with _serving(["--case", str(case_json)], ident) as (proc, identity):
         assert identity["case_id"] == "callable-overridden" and identity["model_type"] == "callable"
         assert identity["settings"]["threads"] == 2 and identity["settings"]["concurrency"] == [1, 4]
         assert identity["settings"]["device"] == "cpu" and identity["device"]["name"] == "cpu"
@@ -345,10 +348,6 @@ def test_cli_serves_the_case_pytest_resolved(tmp_path):
         assert status == 200 and events[-1]["samples"] == 300 and events[-1]["sample_rate"] == 8000
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize("content, why", [
