@@ -4,7 +4,8 @@
     s2st-serve --s2st-config x.yaml --port P [--identity-output F] [--queue-size N]
     s2st-serve --demo-tone --port 0 --identity-output F     # no model; port 0 = any free port
 
-Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
+Serves this project's SSE protocol and OpenAI's speech API on POST /v1/audio/speech (GET /v1/models and
+GET /v1/audio/voices beside it; see service/server.py). Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
 device, threads, bound port) is written once the server listens; GET /health answers 200 from then on.
 """
 from __future__ import annotations

@@ -25,6 +25,16 @@ connection's connect comes after it); ``send_t``: its bytes were handed to the s
 client's own work is not in the server's numbers. TTFA = send_t -> first SSE event with a non-empty
 PCM sample (a whole int16 sample, >= 2 bytes), stamped when the body piece that ends it is read,
 before decoding.
+
+Protocols: "s2st" (this project's SSE dialect above) or "openai" (OpenAI's speech API, as vLLM-Omni
+serves it; openai_api.py): the answer is read by its Content-Type — raw int16 PCM (every body piece an
+audio arrival), OpenAI's SSE events (speech.audio.delta / speech.audio.done) or a WAV (one arrival at
+its end: TTFA = the whole response). Records have the same fields either way. An answer in neither
+shape is that request's error naming what was expected and what came.
+
+Load: closed loop (``concurrency`` workers, each sending its next request when its last one ends), or,
+with a finite ``request_rate``, open loop for the measured phase (arrivals.py: seeded gamma arrivals as
+``vllm bench serve``), the concurrency cap still applying.
 """
 from __future__ import annotations
 
@@ -47,7 +57,8 @@ from yarl import URL
 
 from .. import runs
 from ..errors import S2STError
-from . import http1
+from . import arrivals, http1
+from . import openai_api as oa
 from .stats import summarize
 
 _WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
@@ -162,13 +173,14 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def request_head(url: URL) -> bytes:
+def request_head(url: URL, accept: str = "text/event-stream", authorization: str | None = None) -> bytes:
     """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow)."""
     host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else url.raw_host
     if url.port != {"http": 80, "https": 443}[url.scheme]:
         host = f"{host}:{url.port}"
+    auth = f"Authorization: {authorization}\r\n" if authorization else ""
     return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: pytest-s2st\r\n"
-            "Accept: text/event-stream\r\nContent-Type: application/json\r\n").encode()
+            f"Accept: {accept}\r\nContent-Type: application/json\r\n{auth}").encode()
 
 
 def _background_priority() -> None:
@@ -201,6 +213,13 @@ class _Run:
     read_timeout_s: float
     t0: float
     max_audio_s: float = MAX_AUDIO_S
+    protocol: str = oa.OWN
+    extra_body: dict | None = None  # openai: merged into every request body
+    sample_rate: int = oa.DEFAULT_SAMPLE_RATE  # openai: the rate of raw PCM answers that do not name theirs
+    model: str | None = None  # openai: the request's "model" (None: not sent)
+    request_rate: float = math.inf  # measured phase: requests per second (inf: closed loop)
+    burstiness: float = 1.0
+    arrival_seed: int = arrivals.DEFAULT_SEED
     limits: Limits = field(init=False)
     head: bytes = field(init=False)  # request line + fixed headers, built once
     slots: list[_Slot] = field(init=False)  # one per worker
@@ -214,7 +233,10 @@ class _Run:
 
     def __post_init__(self) -> None:
         self.limits = Limits(self.max_audio_s)
-        self.head = request_head(self.url)
+        # openai: any answer is read (raw PCM, SSE or WAV), as vLLM-Omni's client sends no Accept either
+        openai = self.protocol == oa.OPENAI
+        self.head = request_head(self.url, "*/*" if openai else "text/event-stream",
+                                 oa.authorization() if openai else None)
         self.slots = [_Slot() for _ in range(self.concurrency)]
 
     def now(self) -> float:
@@ -268,14 +290,15 @@ class _Run:
             if key in item:
                 record[key] = item[key]
         record.update(
-            start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
+            due_t=None, start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
             sample_rate=None, http_status=None, streaming=None, status="error", error=None, pcm_sha256=None, wav=None,
         )
         return record
 
-    async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool) -> None:
+    async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
-        body = {key: item[key] for key in _WORKLOAD_FIELDS if key in item}
+        record["due_t"] = due_t
+        body = self.body(item)
         pcm = bytearray()
         try:
             await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm))
@@ -307,6 +330,11 @@ class _Run:
         slot.drop()  # a failed exchange leaves its connection in an unknown state
         self.keep(record)
 
+    def body(self, item: dict) -> dict:
+        if self.protocol == oa.OPENAI:
+            return oa.build_request(item, self.model, self.extra_body)
+        return {key: item[key] for key in _WORKLOAD_FIELDS if key in item}
+
     async def _connect(self, slot: "_Slot") -> http1.Connection:
         if slot.conn is not None and slot.conn.usable:
             return slot.conn
@@ -331,26 +359,180 @@ class _Run:
         resp = await conn.response(self.read_timeout_s)
         record["http_status"] = resp.status
         if resp.status != 200:
-            raw = bytearray()
-            async for piece in conn.body(self.read_timeout_s):
-                raw += piece
-                if len(raw) >= 2000:
-                    conn.reusable = False  # the rest is not read
-                    break
-            try:
-                message = json.loads(raw).get("error", raw.decode(errors="replace"))
-            except (ValueError, AttributeError, RecursionError):
-                message = raw.decode(errors="replace").strip()
-            raise _Fail(f"HTTP {resp.status}: {message}"[:500])
-        if resp.content_type != "text/event-stream":
-            raise _Fail(f"response is {resp.content_type!r}, not text/event-stream")
-        done = await self._read_events(conn, record, pcm)
+            raw = await self._head_of_body(conn, 2000)
+            raise _Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
+        if self.protocol == oa.OPENAI:
+            await self._read_openai(conn, resp, record, pcm)
+            record["server_done"] = {}  # OpenAI's answers carry no sample count or hash to check
+            return
+        if resp.content_type != oa.SSE_TYPE:
+            raise _Fail(f"expected SSE audio events (text/event-stream) for protocol s2st; got "
+                        f"{await self._describe(conn, resp)} (not text/event-stream){self._hint(resp)}")
+        foreign: list[str] = []
+        done = await self._read_events(conn, record, pcm, foreign)
         if done is None:
+            if foreign and not record["chunks"]:
+                raise _Fail(f"expected SSE events of type audio/done for protocol s2st; got events of type "
+                            f"{', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
             raise _Fail("stream ended before the done event (server closed mid-stream)")
         record["streaming"] = done.get("streaming")
         record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
 
-    async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray) -> dict | None:
+    async def _head_of_body(self, conn: http1.Connection, limit: int) -> bytes:
+        """At most ``limit`` bytes of a body that is not read as audio (an error page); the rest is not read."""
+        raw = bytearray()
+        async for piece in conn.body(self.read_timeout_s):
+            raw += piece
+            if len(raw) >= limit:
+                conn.reusable = False
+                break
+        return bytes(raw[:limit])
+
+    async def _describe(self, conn: http1.Connection, resp: http1.Response) -> str:
+        """'<content type>: <the body's first bytes>' of an answer in the wrong shape (text bodies only:
+        an audio body is not read, a read that fails leaves the type alone)."""
+        ctype = resp.content_type or "no Content-Type"
+        conn.reusable = False
+        if not (ctype.startswith("text/") or ctype.endswith(("json", "xml"))):
+            return ctype
+        try:
+            raw = await self._head_of_body(conn, 120)
+        except (http1.Stalled, http1.Disconnected, http1.ProtocolError, OSError):
+            return ctype
+        text = " ".join(raw.decode(errors="replace").split())
+        return f"{ctype}: {text!r}" if text else ctype
+
+    def _hint(self, resp: http1.Response, foreign: list[str] | None = None) -> str:
+        other = oa.OPENAI if self.protocol == oa.OWN else oa.OWN
+        looks_other = (resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES or any(t.startswith("speech.") for t in foreign or ())
+                       if self.protocol == oa.OWN else any(t in ("audio", "done") for t in foreign or ()))
+        return f" (this server may speak protocol {other}: try --s2st-protocol {other})" if looks_other else ""
+
+    # --- protocol openai: raw PCM, OpenAI's SSE events, or a WAV --------------------------------------------
+
+    async def _read_openai(self, conn: http1.Connection, resp: http1.Response, record: dict, pcm: bytearray) -> None:
+        ctype = resp.content_type
+        if ctype == oa.SSE_TYPE:
+            await self._read_openai_sse(conn, resp, record, pcm)
+        elif ctype in oa.PCM_TYPES:
+            try:
+                rate = oa.content_rate(resp.headers.get("content-type", "")) or self.sample_rate
+            except ValueError as exc:
+                raise _Fail(str(exc)) from None
+            await self._read_raw(conn, record, pcm, rate)
+        elif ctype in oa.WAV_TYPES:
+            await self._read_wav(conn, record, pcm)
+        else:
+            raise _Fail(f"expected raw PCM, SSE audio events or a WAV for protocol openai; got "
+                        f"{await self._describe(conn, resp)}")
+
+    def _audio(self, record: dict, pcm: bytearray, chunk: bytes, t: float, rate: int) -> None:
+        """One audio arrival of ``chunk`` at ``t``, bounded like the own protocol's audio events."""
+        cap = self.limits.at(rate)[0]
+        if len(pcm) + len(chunk) > cap:
+            raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
+        if len(record["chunks"]) >= self.limits.events:
+            raise _Fail(f"response passed {self.limits.events} audio chunks "
+                        f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
+        pcm.extend(chunk)
+        record["chunks"].append([t, len(chunk)])
+        if record["first_audio_t"] is None and len(pcm) >= 2:  # a whole int16 sample has arrived
+            record["first_audio_t"] = t
+
+    @staticmethod
+    def _whole_samples(pcm: bytearray, what: str) -> None:
+        if len(pcm) % 2:
+            raise _Fail(f"{what}: {len(pcm)} bytes is not whole int16 samples")
+
+    async def _read_raw(self, conn: http1.Connection, record: dict, pcm: bytearray, rate: int) -> None:
+        """Raw int16 LE mono PCM: every body piece, stamped as read, is an audio arrival (a piece may
+        split a sample; TTFA waits for the first whole one). The body's end is the done."""
+        record["sample_rate"] = rate
+        conn.max_chunk_bytes = self.limits.at(rate)[2]
+        async for piece in conn.body(self.read_timeout_s):
+            t = self.now()
+            if piece:
+                self._audio(record, pcm, piece, t, rate)
+        record["done_t"] = self.now()
+        self._whole_samples(pcm, "raw PCM response")
+
+    async def _read_openai_sse(self, conn: http1.Connection, resp: http1.Response, record: dict,
+                               pcm: bytearray) -> None:
+        """OpenAI's speech SSE: speech.audio.delta (base64 PCM) events, then speech.audio.done."""
+        events = _Events(self.limits)
+        rate = self.sample_rate
+        events.rate = rate
+        _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
+        foreign: list[str] = []
+        count, done = 0, None
+        async for piece in conn.body(self.read_timeout_s):
+            t = self.now()
+            if done is not None:
+                continue  # draining
+            for raw in events.feed(piece):
+                count += 1
+                if count > self.limits.events:
+                    raise _Fail(f"response passed {self.limits.events} SSE events "
+                                f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
+                try:
+                    kind, value = oa.parse_event(raw)
+                except ValueError as exc:
+                    raise _Fail(str(exc)) from None
+                if kind == "delta":
+                    chunk, named = value
+                    if named is not None and named != rate:
+                        if record["chunks"]:
+                            raise _Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
+                        rate = events.rate = named
+                        _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
+                    record["sample_rate"] = rate
+                    if chunk:
+                        self._audio(record, pcm, chunk, t, rate)
+                elif kind == "done":
+                    record["done_t"] = t
+                    done = value
+                    break
+                elif kind == "error":
+                    raise _Fail(f"server error event: {value}")
+                elif len(foreign) < 3 and value not in foreign:
+                    foreign.append(value)
+        if done is None:
+            if foreign and not record["chunks"]:
+                raise _Fail(f"expected SSE events of type {oa.DELTA}/{oa.DONE} for protocol openai; got events "
+                            f"of type {', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
+            raise _Fail(f"stream ended before the {oa.DONE} event (server closed mid-stream)")
+        record["sample_rate"] = rate
+        self._whole_samples(pcm, "SSE audio")
+
+    async def _read_wav(self, conn: http1.Connection, record: dict, pcm: bytearray) -> None:
+        """A WAV answer is audio only when whole: one arrival, at the body's end (TTFA = the whole response)."""
+        reader = oa.WavReader()
+        conn.max_chunk_bytes = self.limits.at(oa.MAX_RATE)[2]
+        cap = None
+        async for piece in conn.body(self.read_timeout_s):
+            try:
+                data = reader.feed(piece)
+            except ValueError as exc:
+                raise _Fail(f"malformed WAV response: {exc}") from None
+            if reader.rate is not None and cap is None:
+                cap = self.limits.at(reader.rate)[0]
+                conn.max_chunk_bytes = self.limits.at(reader.rate)[2]
+            if cap is not None and len(pcm) + len(data) > cap:
+                raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {reader.rate} Hz)")
+            pcm.extend(data)
+        t = self.now()
+        try:
+            reader.finish()
+        except ValueError as exc:
+            raise _Fail(f"malformed WAV response: {exc}") from None
+        self._whole_samples(pcm, "WAV response")
+        record.update(sample_rate=reader.rate, done_t=t, streaming=False)
+        if pcm:
+            record["chunks"].append([t, len(pcm)])
+            record["first_audio_t"] = t
+
+    async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray,
+                           foreign: list[str] | None = None) -> dict | None:
         """SSE events off the body as it arrives; each piece stamped when read. After the done event
         the body is read to its end, so that the connection can carry the next request."""
         events = _Events(self.limits)
@@ -380,6 +562,8 @@ class _Run:
                     break
                 elif kind == "error":
                     raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
+                elif foreign is not None and len(foreign) < 3 and str(kind)[:60] not in foreign:
+                    foreign.append(str(kind)[:60])  # another protocol's events: named if no audio comes
         return done
 
     @staticmethod
@@ -446,7 +630,11 @@ class _Run:
         return timed_out, warmup_wall, wall
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
-        """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short."""
+        """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short.
+        Closed loop (warm-ups, and request_rate inf): each worker sends its next request when its last
+        one ends. Open loop (measured phase, finite request_rate): request i is due at the schedule's
+        offset (arrivals.schedule) and is sent then, or as soon as one of the ``concurrency`` workers'
+        connections is free (the cap still applies); its ``due_t`` is saved in its record."""
         if count <= 0:
             return False
         pending_idx = iter(range(count))
@@ -457,16 +645,36 @@ class _Run:
                 started.add(index)
                 await self.request(slot, workload[index % len(workload)], index, warmup)
 
+        free: asyncio.Queue = asyncio.Queue()
+
+        async def arrival(index: int, due: float) -> None:
+            delay = due - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            slot = await free.get()  # the concurrency cap: a free worker connection
+            try:
+                started.add(index)
+                await self.request(slot, workload[index % len(workload)], index, warmup, due_t=due)
+            finally:
+                free.put_nowait(slot)
+
         timeout = None if deadline is None else deadline - time.perf_counter()
         tasks: list[asyncio.Task] = []
         cut_short = True  # unless every worker finishes in time
-        if timeout is None or timeout > 0:  # a spent bound sends nothing
+        if (timeout is None or timeout > 0) and not warmup and math.isfinite(self.request_rate):
+            for slot in self.slots[: min(self.concurrency, count)]:
+                free.put_nowait(slot)
+            start = self.now()
+            offsets = arrivals.schedule(count, self.request_rate, self.burstiness, self.arrival_seed)
+            tasks = [asyncio.create_task(arrival(i, start + offset)) for i, offset in enumerate(offsets)]
+        elif timeout is None or timeout > 0:  # a spent bound sends nothing
             for slot in self.slots[: min(self.concurrency, count)]:
                 tasks.append(asyncio.create_task(worker(slot)))
                 # Let this worker's request reach the socket before the next one is begun: 64 workers
                 # stamped in one loop tick, then sent in another, would carry each other's build time
                 # (measured with aiohttp's client: the first requests of a c=64 phase left ~7 ms late).
                 await asyncio.sleep(0)
+        if tasks:
             if deadline is not None:  # the staggered start took some of the bound
                 timeout = max(0.0, deadline - time.perf_counter())
             _, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -509,7 +717,29 @@ async def fetch_identity(session: aiohttp.ClientSession, url: URL, timeout_s: fl
 # the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
 _LEVEL_KEYS = ("concurrency", "summary", "wall_s", "warmup_wall_s", "warmups", "requests", "timeout_s",
                "read_timeout_s", "total_timeout_s", "max_audio_s", "timed_out", "started_wall", "t0_perf",
-               "identity_error")
+               "identity_error", "protocol", "extra_body", "sample_rate", "model", "model_source", "request_rate",
+               "burstiness", "arrival_seed", "arrivals_method")
+
+
+async def fetch_model(session: aiohttp.ClientSession, url: URL, timeout_s: float) -> tuple[str | None, str]:
+    """(the first model id of GET /v1/models, where it came from or why there is none), as ``vllm bench
+    serve`` picks its model when none is given. The answer is read to at most 1 MiB."""
+    where = f"GET {oa.MODELS_PATH}"
+    try:
+        auth = oa.authorization()
+        async with session.get(url.with_path(oa.MODELS_PATH), timeout=aiohttp.ClientTimeout(total=timeout_s),
+                               headers={"Authorization": auth} if auth else None) as resp:
+            if resp.status != 200:
+                return None, f"{where}: HTTP {resp.status}; no model sent"
+            raw = await resp.content.read(1 << 20)
+        model = json.loads(raw)["data"][0]["id"]
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        return None, f"{where}: {type(exc).__name__}: {exc}; no model sent"
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return None, f"{where}: no {{\"data\": [{{\"id\"}}]}} list in the answer; no model sent"
+    if not isinstance(model, str) or not model:
+        return None, f"{where}: the first id is not a string; no model sent"
+    return model, where
 
 
 def _check_workload(workload: list[dict]) -> None:
@@ -527,8 +757,18 @@ def _check_workload(workload: list[dict]) -> None:
 
 
 def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: int | None, timeout_s: float,
-                total_timeout_s: float | None, max_audio_s: float, extra: dict | None) -> None:
+                total_timeout_s: float | None, max_audio_s: float, extra: dict | None, protocol: str = oa.OWN,
+                sample_rate: int = oa.DEFAULT_SAMPLE_RATE, request_rate: float = math.inf,
+                burstiness: float = 1.0) -> None:
     _check_workload(workload)
+    if protocol not in oa.PROTOCOLS:
+        raise S2STError(f"protocol={protocol!r}: expected one of {', '.join(oa.PROTOCOLS)}")
+    try:
+        oa.check_rate(sample_rate, "run_load")
+        arrivals.parse_rate(request_rate)
+        arrivals.parse_burstiness(burstiness)
+    except ValueError as exc:
+        raise S2STError(f"run_load: {exc}") from None
     if concurrency < 1 or warmups < 0 or (requests is not None and requests < 0):
         raise S2STError(f"concurrency={concurrency}, warmups={warmups}, requests={requests}: out of range")
     if timeout_s <= 0 or (total_timeout_s is not None and total_timeout_s <= 0):
@@ -555,6 +795,12 @@ async def run_load(
     targets: dict | None = None,
     extra: dict[str, Any] | None = None,
     max_audio_s: float = MAX_AUDIO_S,
+    protocol: str = oa.OWN,
+    extra_body: dict | None = None,
+    sample_rate: int = oa.DEFAULT_SAMPLE_RATE,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    arrival_seed: int = arrivals.DEFAULT_SEED,
 ) -> LoadResult:
     """Warm-ups, then ``requests`` (default: one pass over the workload) measured requests.
 
@@ -567,8 +813,26 @@ async def run_load(
     event count no response within it needs (see Limits); the client's memory stays bounded.
     ``extra`` (e.g. {"policy": ..., "policy_fingerprint": ...}) is merged into this level's entry of
     summary.json, which run_load alone writes, once.
+    ``protocol``: "s2st" (this project's SSE dialect) or "openai" (OpenAI's speech API: ``extra_body``
+    merged into every request; raw PCM answers at ``sample_rate`` unless their Content-Type names a
+    rate; the model: extra_body["model"], else GET /v1/models' first id, else none sent).
+    ``request_rate`` (req/s; inf = closed loop) and ``burstiness`` (gamma shape) make the measured
+    phase open-loop (arrivals.schedule, seeded by ``arrival_seed``); warm-ups stay closed-loop.
     """
-    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, max_audio_s, extra)
+    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, max_audio_s, extra,
+                protocol, sample_rate, request_rate, burstiness)
+    if extra_body is not None:
+        try:
+            extra_body = oa.parse_extra_body(extra_body)
+        except ValueError as exc:
+            raise S2STError(f"run_load extra_body: {exc}") from None
+    extra_body = dict(extra_body or {})
+    if protocol == oa.OPENAI:
+        try:
+            oa.authorization()  # a bad key is refused before anything is sent
+        except ValueError as exc:
+            raise S2STError(str(exc)) from None
+    request_rate, burstiness = float(request_rate), float(burstiness)  # "inf" (the settings' spelling) too
     url = speech_url(endpoint)
     endpoint = str(url)
     out_dir = Path(out_dir)
@@ -579,17 +843,34 @@ async def run_load(
 
     started_wall, t0 = time.time(), time.perf_counter()
     deadline = None if total_timeout_s is None else t0 + total_timeout_s
-    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, max_audio_s)
-    async with aiohttp.ClientSession() as session:  # untimed: the server's identity only
+    model, model_source = None, None
+    async with aiohttp.ClientSession() as session:  # untimed: the server's identity (and model) only
         identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
+        if protocol == oa.OPENAI:
+            if "model" in extra_body:
+                model, model_source = extra_body["model"], "extra_body"
+            else:
+                model, model_source = await fetch_model(session, url, min(timeout_s, 5.0))
+    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, max_audio_s, protocol=protocol,
+               extra_body=extra_body, sample_rate=sample_rate, model=model, request_rate=request_rate,
+               burstiness=burstiness, arrival_seed=arrival_seed)
     timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
 
     summary = summarize(run.records, wall, targets)
+    # open-loop load: the asked rate ("inf": closed loop) beside the achieved one
+    summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
+    summary["achieved_rate"], why = arrivals.achieved_rate(count, wall)
+    if why:
+        summary.setdefault("reasons", {})["achieved_rate"] = why
     level = {
         "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
         "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,
         "max_audio_s": max_audio_s, "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0,
-        "identity_error": identity_error,
+        "identity_error": identity_error, "protocol": protocol,
+        "request_rate": summary["request_rate"], "burstiness": "inf" if math.isinf(burstiness) else float(burstiness), "arrival_seed": arrival_seed,
+        "arrivals_method": None if math.isinf(request_rate) else arrivals.METHOD,
+        **({"extra_body": extra_body, "sample_rate": sample_rate, "model": model, "model_source": model_source}
+           if protocol == oa.OPENAI else {}),
         **(extra or {}),
     }
     runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity, extra=level)

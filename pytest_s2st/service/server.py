@@ -8,7 +8,14 @@ wait in a bounded asyncio queue (full -> 503 {"error": "busy"}); the whole wavef
 then sent as int16 PCM SSE chunks, so TTFA includes queueing and the full generation (the final
 ``done`` event says ``"streaming": false``).
 
-Endpoints: GET /health, GET /identity, POST /v1/audio/speech.
+Endpoints: GET /health, GET /identity, POST /v1/audio/speech, GET /v1/models, GET /v1/audio/voices.
+
+POST /v1/audio/speech speaks two protocols, told apart by the body: this project's own
+({"text", ...}: SSE audio/done events as above) and OpenAI's ({"input", "model", ...}; openai_api.py):
+``response_format`` pcm (raw int16 mono, chunked, Content-Type ``audio/pcm;rate=<Hz>``) or wav (the
+default, as vLLM-Omni's; one non-streamed file), and ``stream_format: "sse"`` (pcm only) for OpenAI's
+speech.audio.delta / speech.audio.done events. Errors in OpenAI's shape {"error": {"message", "type",
+"param"}}. The official ``openai`` SDK is a client of it (tests/test_service_openai.py).
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import json
 import math
 import os
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +36,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from aiohttp import web
 
+from .. import runs
 from ..errors import S2STError
+from . import openai_api as oa
 
 SPEECH_PATH = "/v1/audio/speech"
 MAX_TEXT_CHARS = 4000
@@ -110,6 +120,8 @@ class _SpeechApp:
         self.synthesize, self.identity = synthesize, identity
         self.queue_size, self.chunk_samples = queue_size, chunk_samples
         self.state = {"ready": False, "served": 0, "failed": 0, "busy": 0}
+        self.model_id = str(identity.get("case_id") or identity.get("model_type") or "s2st-reference")
+        self.created = int(time.time())
         self.queue: asyncio.Queue | None = None
         self.executor: ThreadPoolExecutor | None = None
         self.worker_task: asyncio.Task | None = None
@@ -156,17 +168,26 @@ class _SpeechApp:
     async def get_identity(self, request: web.Request) -> web.Response:
         return web.json_response(self.identity)
 
-    async def _synthesize(self, request: web.Request) -> tuple[bytes, int] | web.Response:
-        """Validate, queue, wait for the model: the PCM, or the error response to send."""
+    @staticmethod
+    def _error(openai: bool, status: int, message: str, field: str | None = None) -> web.Response:
+        if openai:  # OpenAI's error shape (the SDK raises it as APIStatusError with this message)
+            kind = "invalid_request_error" if status == 400 else "server_error"
+            return web.json_response({"error": {"message": message, "type": kind, "param": field, "code": None}},
+                                     status=status)
+        return web.json_response({"error": message, **({"field": field} if field else {})}, status=status)
+
+    async def _synthesize(self, request: web.Request, body: Any, openai: bool,
+                          shape: dict) -> tuple[bytes, int] | web.Response:
+        """Validate, queue, wait for the model: the PCM, or the error response to send. An OpenAI
+        request's answer shape (response_format, stream_format) goes into ``shape``."""
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "body: not valid JSON", "field": "body"}, status=400)
-        try:
-            fields = validate_request(body)
+            if openai:
+                fields, shape["format"], shape["stream_format"] = oa.validate_openai_request(body, MAX_TEXT_CHARS)
+            else:
+                fields = validate_request(body)
         except ValueError as exc:
             name = str(exc).split(":", 1)[0]
-            return web.json_response({"error": str(exc), "field": name}, status=400)
+            return self._error(openai, 400, str(exc), name)
         fields.pop("model", None)
         fields["id"] = request.headers.get("X-Request-Id", "request")
         job = _Job(fields, asyncio.get_running_loop().create_future())
@@ -174,7 +195,7 @@ class _SpeechApp:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
             self.state["busy"] += 1
-            return web.json_response({"error": "busy"}, status=503)
+            return self._error(openai, 503, "busy")
         try:
             return await job.future
         except asyncio.CancelledError:
@@ -182,13 +203,20 @@ class _SpeechApp:
             raise
         except Exception as exc:  # before streaming: a plain 500 the client can read
             self.state["failed"] += 1
-            return web.json_response({"error": f"synthesis failed: {type(exc).__name__}: {exc}"}, status=500)
+            return self._error(openai, 500, f"synthesis failed: {type(exc).__name__}: {exc}")
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
-        outcome = await self._synthesize(request)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return web.json_response({"error": "body: not valid JSON", "field": "body"}, status=400)
+        openai, shape = oa.is_openai_request(body), {}
+        outcome = await self._synthesize(request, body, openai, shape)
         if isinstance(outcome, web.Response):
             return outcome
         pcm, sample_rate = outcome
+        if openai:
+            return await self._openai_answer(request, pcm, sample_rate, **shape)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         try:
@@ -205,6 +233,39 @@ class _SpeechApp:
             return response
         self.state["served"] += 1
         return response
+
+    async def _openai_answer(self, request: web.Request, pcm: bytes, sample_rate: int, format: str,
+                             stream_format: str) -> web.StreamResponse:
+        """OpenAI's answers: a WAV file, raw PCM chunks, or SSE delta events then the done event."""
+        if format == "wav":
+            self.state["served"] += 1
+            return web.Response(body=runs.wav_bytes(pcm, sample_rate), content_type="audio/wav")
+        sse = stream_format == "sse"
+        ctype = oa.SSE_TYPE if sse else f"audio/pcm;rate={sample_rate}"  # the rate: pcm does not say it
+        response = web.StreamResponse(headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        step = 2 * self.chunk_samples
+        try:
+            for start in range(0, len(pcm), step):
+                chunk = pcm[start: start + step]
+                await response.write(oa.delta_event(chunk, sample_rate) if sse else chunk)
+            if sse:
+                await response.write(oa.done_event(len(pcm) // 2))
+            await response.write_eof()
+        except ConnectionError:
+            return response  # client went away mid-stream
+        self.state["served"] += 1
+        return response
+
+    async def models(self, request: web.Request) -> web.Response:
+        """OpenAI's model list: the one model this server serves (``vllm bench serve`` takes the first id)."""
+        return web.json_response({"object": "list", "data": [
+            {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "pytest-s2st"}]})
+
+    async def voices(self, request: web.Request) -> web.Response:
+        """The voices the model names (identity "voices"); any voice string is passed to the synthesizer."""
+        return web.json_response({"voices": list(self.identity.get("voices") or []), "any_voice_accepted": True})
 
     async def _stream(self, response: web.StreamResponse, pcm: bytes, sample_rate: int) -> None:
         """Audio events of chunk_samples int16 samples each, then the done event."""
@@ -240,6 +301,8 @@ def make_app(
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/identity", handlers.get_identity)
     app.router.add_post(SPEECH_PATH, handlers.speech)
+    app.router.add_get(oa.MODELS_PATH, handlers.models)
+    app.router.add_get(oa.VOICES_PATH, handlers.voices)
     return app
 
 
@@ -306,6 +369,7 @@ def run_server(
                 "queue_size": queue_size,
                 "chunk_samples": chunk_samples,
                 "streaming": False,
+                "protocols": list(oa.PROTOCOLS),
             }
         )
         if identity_path is not None:
