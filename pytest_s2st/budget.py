@@ -12,7 +12,8 @@ Lookup = Callable[[str, "str | None"], "Metric | None"]
 
 
 def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float], str | None]:
-    """Validate the marker's keywords: known metric names with positive numbers, optional stage=."""
+    """Validate the marker's keywords: known metric names with numbers >= 0 (0 is a limit: "no underrun",
+    "no error"), optional stage=."""
     limits: dict[str, float] = {}
     stage = None
     for key, value in kwargs.items():
@@ -21,8 +22,8 @@ def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float
             continue
         if key not in BUDGETS:
             raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(BUDGETS)}, stage")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and key != "error_rate"):
-            raise S2STError(f"{where}: s2st_budget: {key} must be a number > 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+            raise S2STError(f"{where}: s2st_budget: {key} must be a number >= 0, got {value!r}")
         limits[key] = float(value)
     if not limits:
         raise S2STError(f"{where}: s2st_budget needs at least one limit ({', '.join(INFERENCE_BUDGETS)}, ...)")
@@ -42,9 +43,10 @@ def service_lookup(data: Mapping[str, Any]) -> Lookup:
             return None
         value = service_value(summary, name)
         method = "client time.perf_counter"
-        if value is None:
+        if value is None:  # the metric's own reason first (e.g. no chunk timeline), then the level's
             reasons = summary.get("reasons") or {}
-            return Metric.missing(method, reasons.get("all") or "no completed request to compute it from")
+            why = reasons.get(SERVICE_BUDGETS[name][0]) or reasons.get("all")
+            return Metric.missing(method, why or "no completed request to compute it from")
         return Metric(float(value), method)
 
     return lookup

@@ -307,6 +307,96 @@ def request_metrics(record: dict) -> dict[str, float | None]:
     return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
 
 
+# vLLM-Omni's default continuity threshold (vllm_omni/metrics/definitions.py
+# AUDIO_CONTINUITY_DEFAULT_THRESHOLD_S): a worst deficit up to 0.1 s, inclusive, is "continuous".
+CONTINUITY_THRESHOLD_S = 0.1
+PLAYBACK_KEYS = ("underrun_s", "underrun_events", "underrun_longest_s", "continuity_ok", "gaps_s", "audio_duration_s")
+
+
+def _no_playback(reason: str, audio: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = dict.fromkeys(PLAYBACK_KEYS)
+    out["audio_duration_s"] = audio
+    out["reason"] = reason
+    return out
+
+
+def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) -> dict[str, Any]:
+    """Streaming-playback metrics of one ok record, from its chunk timeline ``chunks`` = [[t, nbytes], ...]
+    (client perf_counter seconds, int16 mono PCM at ``sample_rate``). Defined as vLLM-Omni defines them
+    (vllm_omni/benchmarks/audio_continuity.py::compute_continuity_stats, PR #3618 "[Bench] Add audio-streaming
+    continuity metric for TTS", and its hand-made-timeline unit tests; behaviour copied, not text):
+
+    A player starts at the first NON-EMPTY chunk (t0; zero-byte chunks carry no audio and are dropped, as
+    vLLM-Omni's timeline holds only non-empty chunks) and plays in real time. At each later chunk i:
+        deficit_i = (t_i - t0) - seconds of audio received before chunk i
+    underrun_s        = max(0, max_i deficit_i)      (vLLM-Omni ``max_underrun_s`` / ``audio_underrun_s``)
+    underrun_events   = #{i > 0 : deficit_i > 0}     (vLLM-Omni ``underrun_event_count``; strictly late:
+                        a chunk arriving exactly when the audio before it has played out is no event)
+    continuity_ok     = underrun_s <= threshold_s    (vLLM-Omni ``is_continuous``, default 0.1 s, inclusive)
+    underrun_longest_s = the longest single dry spell of a player that WAITS when dry and resumes at the
+                        next chunk (ours: vLLM-Omni has no per-spell figure). That player's TOTAL dry time
+                        equals underrun_s exactly (after chunk i its total is max(previous, deficit_i)),
+                        so underrun_s is also the "total underrun"; tests check the identity.
+    gaps_s            = arrival differences of consecutive non-empty chunks (none for a single chunk)
+    audio_duration_s  = the record's audio_seconds
+
+    A record without a usable timeline gives None for each (audio_duration_s aside) and a ``reason``.
+    """
+    audio = record.get("audio_seconds")
+    audio = float(audio) if _num(audio) and audio > 0 else None
+    if record.get("status") != "ok":
+        return _no_playback("request did not complete ok")
+    chunks, rate = record.get("chunks"), record.get("sample_rate")
+    if not isinstance(chunks, list):
+        return _no_playback("record has no chunk timeline ('chunks' missing or not a list)", audio)
+    if not _num(rate) or not isinstance(rate, int) or rate <= 0:
+        return _no_playback(f"sample_rate {repr(rate)[:40]} is not a positive integer", audio)
+    times: list[float] = []
+    sizes: list[int] = []
+    last = None
+    for i, chunk in enumerate(chunks):
+        ok = isinstance(chunk, (list, tuple)) and len(chunk) == 2 and _num(chunk[0]) and chunk[0] == chunk[0] \
+            and abs(chunk[0]) != float("inf") and isinstance(chunk[1], int) and not isinstance(chunk[1], bool) \
+            and chunk[1] >= 0
+        if not ok:
+            return _no_playback(f"chunk {i} is not [seconds, bytes >= 0]: {str(chunk)[:60]}", audio)
+        if last is not None and chunk[0] < last:
+            return _no_playback(f"chunk {i} arrived before chunk {i - 1} ({chunk[0]!r} < {last!r})", audio)
+        last = chunk[0]
+        if chunk[1] > 0:
+            times.append(float(chunk[0]))
+            sizes.append(chunk[1])
+    if not times:
+        return _no_playback("the chunk timeline holds no audio bytes", audio)
+    bytes_per_s = 2 * rate  # int16, mono: the protocol's PCM
+    t0 = times[0]
+    received = 0  # bytes received before chunk i
+    worst, events = 0.0, 0
+    play_end = t0  # the waiting player: when the audio it holds runs out
+    longest = 0.0
+    for i, (t, n) in enumerate(zip(times, sizes)):
+        if i > 0:
+            deficit_bytes = (t - t0) * bytes_per_s - received  # vLLM-Omni's arithmetic, in bytes
+            if deficit_bytes > 0:
+                worst = max(worst, deficit_bytes / bytes_per_s)
+                events += 1
+            if t > play_end:
+                longest = max(longest, t - play_end)
+                play_end = t
+        play_end += n / bytes_per_s
+        received += n
+    return {
+        "underrun_s": worst,
+        "underrun_events": events,
+        "underrun_longest_s": longest,
+        "continuity_ok": worst <= threshold_s,
+        "gaps_s": [b - a for a, b in zip(times, times[1:])],
+        "audio_duration_s": audio,
+        "reason": None,
+    }
+
+
 __all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "SPEECH_PATH", "normalize_endpoint", "level_name", "request_id", "level_dir", "wav_path",
            "append_record", "wav_bytes", "write_bytes_atomic", "write_wav_atomic", "write_summary",
-           "read_records", "read_summary", "Run", "load_run", "request_metrics"]
+           "read_records", "read_summary", "Run", "load_run", "request_metrics",
+           "playback_metrics", "CONTINUITY_THRESHOLD_S"]

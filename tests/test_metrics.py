@@ -24,7 +24,7 @@ def test_cascade_totals_follow_each_metrics_aggregate():
     totals = aggregate([a, b])
     for m in metrics.INFERENCE_METRICS:
         assert totals[m.name].value == {"sum": 7.0, "max": 5.0}[m.aggregate], m.name
-    assert {m.name for m in metrics.INFERENCE_METRICS if m.aggregate == "sum"} == {"runtime_s", "flops"}
+    assert {m.name for m in metrics.INFERENCE_METRICS if m.aggregate == "sum"} == {"runtime_s", "flops", "instructions"}
 
 
 def test_every_budget_keyword_is_accepted_and_in_the_marker_signature():
@@ -37,6 +37,24 @@ def test_every_budget_keyword_is_accepted_and_in_the_marker_signature():
     assert "throughput_p99" not in metrics.BUDGETS  # not budgetable
     with pytest.raises(Exception, match="unknown metric 'throughput'"):
         parse_budget({"throughput": 1.0}, "t")
+
+
+@pytest.mark.parametrize("key", ["underrun_s_p99", "error_rate", "flops"])
+def test_a_zero_budget_is_a_limit_not_unset(key):
+    assert parse_budget({key: 0}, "t") == ({key: 0.0}, None)
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), True, "1"])
+def test_a_budget_that_is_not_a_finite_number_at_least_zero_is_one_line(bad):
+    with pytest.raises(Exception, match=r"t: s2st_budget: flops must be a number >= 0, got"):
+        parse_budget({"flops": bad}, "t")
+
+
+def test_a_missing_service_value_gives_its_own_reason():
+    lookup = service_lookup({"summary": {"underrun_s": {"p99": None}, "reasons": {
+        "underrun_s": "no ok request has a usable chunk timeline", "all": "generic"}}})
+    assert lookup("underrun_s_p99", None).reason == "no ok request has a usable chunk timeline"
+    assert lookup("ttfa_s_p99", None).reason == "generic"
 
 
 def test_every_comparable_metric_can_gate_a_compare():

@@ -120,7 +120,12 @@ def test_nothing_measured_is_none_with_reasons():
 
 
 def test_no_targets_reason():
-    assert summarize(RECORDS, wall_s=5.0)["reasons"] == {"goodput": "no targets given"}
+    reasons = summarize(RECORDS, wall_s=5.0)["reasons"]
+    assert reasons["goodput"] == "no targets given"
+    # these hand-made records carry no chunk timeline: every playback figure says so, none is 0
+    assert {k for k in reasons if k != "goodput"} == {"underrun_s", "underrun_events", "underrun_longest_s",
+                                                        "continuity_rate", "gap_s", "playback_skipped"}
+    assert "no ok request has a usable chunk timeline" in reasons["underrun_s"]
 
 
 def test_ok_request_without_audio_seconds_adds_no_audio():

@@ -149,22 +149,29 @@ class PocketSphinxASR:
 
 
 class WhisperDirASR:
-    """A Whisper-style model already on disk (config.json + weights), run through transformers with
-    local_files_only: for languages pocketsphinx lacks (zh). Absent dir or package -> a clear reason."""
+    """A Whisper-style model already on disk (config.json, weights, processor files), run through
+    transformers with local_files_only: for languages pocketsphinx lacks (zh). Absent dir or package ->
+    a clear reason; a dir that does not load -> one S2STError line naming it. The model loads once per
+    instance (``loads`` counts it; get_scorer keeps one instance per configuration for the process).
+    Greedy decoding (the dir's generation_config), so a transcript is the same run to run. Audio longer
+    than the feature extractor's window (30 s for Whisper) is transcribed window by window and joined,
+    never silently cut at the first window."""
 
     name = "whisper-dir"
 
     def __init__(self, model_dir: str | Path | None, languages: tuple[str, ...] = ("zh",)) -> None:
-        self.model_dir = Path(model_dir) if model_dir else None
-        self.languages = languages
+        self.model_dir = Path(model_dir).expanduser() if model_dir else None
+        self.languages = tuple(languages)
         self._model = None
         self.init_s: float | None = None
+        self.loads = 0
 
     def unavailable(self, language: str) -> str | None:
         if language not in self.languages:
             return f"{self.name} is configured for {', '.join(self.languages)}, not {language!r}"
         if self.model_dir is None:
-            return f"no ASR backend for {language!r}: no local Whisper-style model dir given (--asr-model-dir)"
+            return (f"no ASR backend for {language!r}: no local Whisper-style model dir given "
+                    "(quality.asr_model_dir in the config, or s2st-assess --asr-model-dir)")
         if not (self.model_dir / "config.json").is_file():
             return f"no ASR backend for {language!r}: {self.model_dir} has no config.json (not a local model dir)"
         try:
@@ -180,22 +187,41 @@ class WhisperDirASR:
         return {"backend": self.name, "transformers": _version("transformers"),
                 "model_sha256": {str(p.relative_to(self.model_dir)): _sha256_file(p) for p in files}}
 
-    def transcribe(self, wav16k: np.ndarray, language: str) -> str:
+    def _load(self):
         if self._model is None:
             from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
             t0 = time.perf_counter()
-            proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
-            model = WhisperForConditionalGeneration.from_pretrained(self.model_dir, local_files_only=True).eval()
+            try:
+                proc = WhisperProcessor.from_pretrained(self.model_dir, local_files_only=True)
+                model = WhisperForConditionalGeneration.from_pretrained(self.model_dir, local_files_only=True).eval()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise S2STError(f"quality.asr_model_dir {self.model_dir}: not a loadable Whisper model dir: "
+                                f"{first[:300]}") from None
             self._model = (proc, model)
+            self.loads += 1
             self.init_s = time.perf_counter() - t0
+        return self._model
+
+    def transcribe(self, wav16k: np.ndarray, language: str) -> str:
         import torch
 
-        proc, model = self._model
-        feats = proc(wav16k, sampling_rate=ASR_RATE, return_tensors="pt").input_features
-        with torch.no_grad():
-            ids = model.generate(feats, language=language, task="transcribe")
-        return proc.batch_decode(ids, skip_special_tokens=True)[0]
+        proc, model = self._load()
+        window = int(getattr(proc.feature_extractor, "n_samples", 30 * ASR_RATE))
+        texts = []
+        for start in range(0, max(len(wav16k), 1), window):
+            piece = wav16k[start:start + window]
+            feats = proc(piece, sampling_rate=ASR_RATE, return_tensors="pt", return_attention_mask=True)
+            try:
+                with torch.no_grad():
+                    ids = model.generate(feats.input_features, attention_mask=feats.attention_mask,
+                                         language=language, task="transcribe")
+            except ValueError as exc:  # e.g. a language the model's generation_config does not know
+                raise S2STError(f"quality.asr_model_dir {self.model_dir}: cannot transcribe {language!r}: "
+                                f"{str(exc).splitlines()[0][:300]}") from None
+            texts.append(proc.batch_decode(ids, skip_special_tokens=True)[0].strip())
+        return " ".join(t for t in texts if t)
 
 
 class ResemblyzerSpeaker:

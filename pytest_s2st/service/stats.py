@@ -11,6 +11,14 @@ Run level:
     goodput    = requests that are ok AND meet every given target {"ttfa_s": x, "rtf": y}, as a fraction
                  of measured requests and per wall second.
 
+Streaming playback, per ok request by ``runs.playback_metrics`` (vLLM-Omni's definitions; see there):
+    underrun_s, underrun_events, underrun_longest_s, continuity_ok, gaps_s, audio_duration_s
+Run level: underrun_s / underrun_events / underrun_longest_s / audio_duration_s described over the ok
+requests that have a chunk timeline; gap_s described over every inter-chunk gap of those requests pooled;
+continuity_rate = continuous requests / requests with a timeline (vLLM-Omni's audio_continuity_ok_rate in
+vllm_omni/benchmarks/metrics/metrics.py::calculate_metrics, which also pools the underrun percentiles
+over successful requests; except that no timeline at all gives None + a reason where vLLM-Omni reports 1.0).
+
 Percentiles: linear interpolation between closest ranks (numpy.percentile's default "linear",
 Hyndman & Fan type 7): p of n sorted values sits at rank (n - 1) * p / 100.
 Missing data gives None plus a reason, never 0.
@@ -21,7 +29,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..runs import request_metrics
+from ..runs import CONTINUITY_THRESHOLD_S, playback_metrics, request_metrics
 
 PERCENTILE_METHOD = "linear (numpy default; Hyndman-Fan type 7: rank (n-1)*p/100, interpolated)"
 _TARGETS = ("ttfa_s", "rtf")
@@ -34,7 +42,17 @@ METHODS = {
               "included)",
     "rtf": "(completion - send_t) / seconds of audio returned",
     "throughput": "audio seconds of ok requests / wall seconds of the measured phase",
+    "underrun_s": "chunk timeline (client arrival stamps, non-empty chunks): worst deficit of a real-time player "
+                  "started at the first audio, max(0, max_i (t_i - t0) - audio received before i); "
+                  "vLLM-Omni audio_continuity.compute_continuity_stats",
+    "underrun_events": "chunks arriving after the audio before them had played out (deficit > 0; vLLM-Omni)",
+    "underrun_longest_s": "longest single dry spell of a player that waits when dry and resumes at the next chunk",
+    "continuity_rate": f"requests whose underrun_s <= {CONTINUITY_THRESHOLD_S:g} s (inclusive; vLLM-Omni default) "
+                       "/ requests with a chunk timeline",
+    "gap_s": "arrival differences of consecutive non-empty chunks, pooled over the level's ok requests",
+    "audio_duration_s": "seconds of audio returned per ok request",
 }
+PLAYBACK_STATS = ("underrun_s", "underrun_events", "underrun_longest_s", "audio_duration_s")
 
 
 def describe(values: Iterable[float]) -> dict[str, float | int | None]:
@@ -70,6 +88,8 @@ def summarize(records: list[dict], wall_s: float, targets: dict | None = None) -
     for name in ("ttfa_s", "rtf", "latency_s"):
         out[name] = describe(m[name] for m in per if m[name] is not None)
 
+    out.update(playback_summary(ok, reasons))
+
     audio = sum(float(r.get("audio_seconds") or 0.0) for r in ok)
     out["audio_seconds"] = audio if ok else None
     if not wall_s or wall_s <= 0:
@@ -94,4 +114,27 @@ def summarize(records: list[dict], wall_s: float, targets: dict | None = None) -
         out["goodput"] = None
         reasons["goodput"] = "no targets given"
     out["reasons"] = reasons
+    return out
+
+
+def playback_summary(ok: list[dict], reasons: dict[str, str]) -> dict[str, Any]:
+    """The playback statistics of a level's ok records; a missing one gets a reason under its name."""
+    per = [playback_metrics(r) for r in ok]
+    have = [m for m in per if m["reason"] is None]
+    out: dict[str, Any] = {name: describe(m[name] for m in per if m[name] is not None) for name in PLAYBACK_STATS}
+    out["gap_s"] = describe(g for m in have for g in m["gaps_s"])
+    out["continuity_rate"] = sum(1 for m in have if m["continuity_ok"]) / len(have) if have else None
+    out["continuity_threshold_s"] = CONTINUITY_THRESHOLD_S
+    out["n_playback"] = len(have)
+    if ok and not have:
+        why = per[0]["reason"]
+        for name in ("underrun_s", "underrun_events", "underrun_longest_s", "continuity_rate", "gap_s"):
+            reasons[name] = f"no ok request has a usable chunk timeline (first: {why})"
+    elif have and out["gap_s"]["n"] == 0:
+        reasons["gap_s"] = "every response came as one audio chunk: no inter-chunk gap"
+    if len(have) < len(ok):
+        skipped = [m["reason"] for m in per if m["reason"] is not None]
+        reasons["playback_skipped"] = f"{len(skipped)} of {len(ok)} ok requests without a usable timeline (first: {skipped[0]})"
+    if ok and out["audio_duration_s"]["n"] == 0:
+        reasons["audio_duration_s"] = "no ok request recorded audio_seconds"
     return out
