@@ -1,9 +1,10 @@
 """Measure one pipeline on one dataset (pytest-free).
 
-Order per stage: warm-up on the first input, memory pass and FLOPs pass over every input (both
-untimed; their outputs become the next stage's inputs, so cascades are measured on inputs
-generated beforehand and the bridging IO is never in a number), then the timing pass over all
-stages, which the caller drives (pytest-benchmark's pedantic) through ``TimedRounds``.
+Order per stage: warm-up on the first input, memory pass and dispatch pass (FLOPs and tensor peak) over
+every input (both untimed; their outputs become the next stage's inputs, so cascades are measured on inputs
+generated beforehand and the bridging IO is never in a number; the memory pass's sampler is stopped before
+anything is timed), then the timing pass over all stages, which the caller drives (pytest-benchmark's
+pedantic) through ``TimedRounds``: as many rounds as ``RoundPolicy`` says.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from typing import Any, Callable, Sequence
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops
+from .measure.instructions import InstructionPass
 from .measure.memory import MemoryProbe, resolve_memory_method
+from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric
 from .metrics import BY_NAME, INFERENCE_NAMES
 
@@ -32,6 +35,12 @@ class RunSettings:
     flops: str = "torch"
     threads: int = 1
     seed: int = 1
+    instructions: str = "off"
+    tensor_memory: str = "dispatch"
+    min_rounds: int | None = None          # timed rounds at least (the dataset is cycled); None: samples x repeat
+    target_precision: float | None = None  # stop adding rounds once the relative 95 % CI half-width is <= this
+    max_time: float = 60.0                 # seconds of timed rounds the precision target may spend
+    case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
 
 
 @dataclass
@@ -83,6 +92,8 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     for name in INFERENCE_NAMES:
         parts = [(s.name, s.metrics.get(name)) for s in stages]
+        if all(m is None for _, m in parts):
+            continue  # not asked for (the instruction count is off by default)
         missing = [(n, m) for n, m in parts if m is None or m.value is None]
         methods = sorted({m.method for _, m in parts if m is not None})
         method = methods[0] if len(methods) == 1 else "+".join(methods)
@@ -96,6 +107,8 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
         rounds = [m.details.get("rounds_s") for _, m in parts]
         if how == "sum" and all(rounds) and len({len(r) for r in rounds}) == 1:
             details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
+            details["precision"] = relative_precision(details["rounds_s"])
+            details["precision_method"] = PRECISION_METHOD
         out[name] = Metric(sum(values) if how == "sum" else max(values), method, details=details)
     return out
 
@@ -118,6 +131,8 @@ class StageMeasurer:
         self.progress = progress
         method, self.memory_fallback = resolve_memory_method(settings.memory)
         self.memory = MemoryProbe(method, self.memory_fallback)
+        self.instructions = InstructionPass(settings.instructions, settings.case, settings.device.name,
+                                            settings.warmup, settings.seed)
 
     def _tick(self, stage: str, phase: str, index: int, total: int) -> None:
         if self.progress is not None and index and index % PROGRESS_EVERY == 0:
@@ -144,6 +159,7 @@ class StageMeasurer:
                 device_peaks.append(device.peak_mib())
                 per_sample.append(mem)
                 outputs.append(out)
+            self.memory.close()  # no sampler left beside the timed pass
             result.metrics["peak_rss_mib"] = _mib_summary(per_sample, "peak_rss_mib")
             result.metrics["peak_delta_mib"] = _mib_summary(per_sample, "peak_delta_mib")
             if self.memory_fallback:
@@ -154,12 +170,25 @@ class StageMeasurer:
             off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
             result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
 
-        flop_counts, flop_outputs = [], []
+        # one dispatch pass counts the torch FLOPs and the live tensor bytes together (measure/tensor_memory.py)
+        tensors = self.settings.tensor_memory == "dispatch"
+        flop_counts, flop_outputs, tensor_peaks = [], [], []
         for i, x in enumerate(inputs):
             self._tick(stage.name, "flops", i, len(inputs))
-            out, metric = count_flops(self.settings.flops, self._synced, stage, x)
+            if self.settings.flops == "torch":
+                out, metric, peak = probe_call(self._synced, (stage, x), {}, flops=True, tensors=tensors)
+            else:
+                out, metric = count_flops(self.settings.flops, self._synced, stage, x)
+                peak = measure_tensor_memory(self._synced, stage, x)[1] if tensors else None
             flop_counts.append(metric)
             flop_outputs.append(out)
+            tensor_peaks.append(peak)
+        if tensors:
+            result.metrics["tensor_peak_mib"] = _mib_summary([{"t": t} for t in tensor_peaks], "t")
+            if result.metrics["tensor_peak_mib"].value is not None:
+                result.metrics["tensor_peak_mib"].details["note"] = TENSOR_NOTE
+        else:
+            result.metrics["tensor_peak_mib"] = Metric.missing("off", "tensor memory disabled (--s2st-tensor-memory=off)")
         values = [m.value for m in flop_counts]
         if any(v is None for v in values):
             first = next(m for m in flop_counts if m.value is None)
@@ -168,7 +197,87 @@ class StageMeasurer:
             # deterministic models give one count per sample; the mean is what upstream reports
             result.metrics["flops"] = Metric(sum(values) / len(values), flop_counts[0].method,
                                              details={"per_sample": values, **{k: v for k, v in flop_counts[0].details.items() if k != "by_op"}})
+        instructions = self.instructions.measure(stage, inputs)  # valgrind child; None when off
+        if instructions is not None:
+            result.metrics["instructions"] = instructions
         return result, outputs if outputs is not None else flop_outputs
+
+
+# two-sided 95 % quantiles of Student's t, df 1..30 (any statistics table); past 30 a Cornish-Fisher expansion
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+PRECISION_METHOD = "t-based 95% CI half-width of the mean / mean"
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959963984540054
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def relative_precision(values: Sequence[float]) -> float | None:
+    """Half-width of the 95 % t interval of the mean, relative to the mean; None below 2 rounds or at mean 0."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    if mean <= 0:
+        return None
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return t975(n - 1) * (var / n) ** 0.5 / mean
+
+
+class RoundPolicy:
+    """How many timed rounds: at least ``base`` (samples x repeat) and ``min_rounds``; then, with a target
+    precision, more until the relative 95 % half-width of the mean round time is <= the target or the rounds
+    have taken ``max_time`` seconds (``clock`` from the first round on). ``stop_reason`` says which."""
+
+    def __init__(self, base: int, min_rounds: int | None = None, target_precision: float | None = None,
+                 max_time: float = 60.0, clock: Callable[[], float] = time.perf_counter):
+        self.required = max(base, min_rounds or 0)
+        self.target = target_precision
+        self.max_time = max_time
+        self.clock = clock
+        self.started: float | None = None
+        self.stop_reason = "rounds"
+        self._n, self._mean, self._m2 = 0, 0.0, 0.0  # Welford's running mean and sum of squares
+
+    def precision(self, totals: Sequence[float]) -> float | None:
+        """relative_precision(totals), updated with the rounds added since the last call (O(1) per round)."""
+        for value in totals[self._n:]:
+            self._n += 1
+            delta = value - self._mean
+            self._mean += delta / self._n
+            self._m2 += delta * (value - self._mean)
+        if self._n < 2 or self._mean <= 0:
+            return None
+        return t975(self._n - 1) * (max(self._m2, 0.0) / (self._n - 1) / self._n) ** 0.5 / self._mean
+
+    @property
+    def adaptive(self) -> bool:
+        return self.target is not None
+
+    def more(self, totals: Sequence[float]) -> bool:
+        """Run another round, given the round times so far?"""
+        if self.started is None:
+            self.started = self.clock()
+        if len(totals) < self.required:
+            return True
+        if self.target is None:
+            self.stop_reason = "rounds"
+            return False
+        precision = self.precision(totals)
+        if precision is not None and precision <= self.target:
+            self.stop_reason = "target precision reached"
+            return False
+        if self.clock() - self.started >= self.max_time:
+            self.stop_reason = "max time reached"
+            return False
+        return True
 
 
 class TimedRounds:
@@ -179,15 +288,18 @@ class TimedRounds:
     """
 
     def __init__(self, stages: Sequence[Any], stage_inputs: Sequence[Sequence[Any]], device: Device, repeat: int,
-                 timer: Callable[[], float] = time.perf_counter, progress: Progress | None = None):
+                 timer: Callable[[], float] = time.perf_counter, progress: Progress | None = None,
+                 policy: RoundPolicy | None = None):
         self.progress = progress
         self.stages = list(stages)
         self.stage_inputs = stage_inputs
         self.device = device
         self.timer = timer
         self.n_samples = len(stage_inputs[0])
-        self.count = self.n_samples * repeat
+        self.policy = policy or RoundPolicy(self.n_samples * repeat)
+        self.count = self.policy.required  # the fixed count when no precision target is set
         self.durations: list[list[float]] = [[] for _ in self.stages]
+        self.round_totals: list[float] = []  # each round's time over all stages
         self._next = 0
 
     def setup(self):
@@ -200,15 +312,22 @@ class TimedRounds:
 
     def run(self, index: int) -> None:
         timer, sync = self.timer, self.device.synchronize
+        total = 0.0
         for s, stage in enumerate(self.stages):
             x = self.stage_inputs[s][index]
             start = timer()
             stage.forward(x)
             sync()
-            self.durations[s].append(timer() - start)
+            took = timer() - start
+            self.durations[s].append(took)
+            total += took
+        self.round_totals.append(total)
+
+    def more(self) -> bool:
+        return self.policy.more(self.round_totals)
 
     def run_all(self) -> None:
-        for _ in range(self.count):
+        while self.more():
             args, _ = self.setup()
             self.run(*args)
 
@@ -221,7 +340,10 @@ class TimedRounds:
             mean = sum(durations) / len(durations)
             # every round is kept: compare judges a change against the spread (significance.py)
             out.append(Metric(mean, method, details={"rounds": len(durations), "min": min(durations),
-                                                     "max": max(durations), "rounds_s": list(durations)}))
+                                                     "max": max(durations), "rounds_s": list(durations),
+                                                     "precision": relative_precision(durations),
+                                                     "precision_method": PRECISION_METHOD,
+                                                     "stopped": self.policy.stop_reason}))
         return out
 
 
@@ -254,7 +376,10 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         inputs = [stage.to_next_input(o) for o in outputs]
     measurement.outputs = outputs
 
-    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat, progress=progress)
+    policy = RoundPolicy(len(samples) * settings.repeat, settings.min_rounds, settings.target_precision,
+                         settings.max_time)
+    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat, progress=progress,
+                         policy=policy)
     if drive_timing is None:
         rounds.run_all()
         timer = "time.perf_counter"

@@ -210,3 +210,40 @@ def test_records_carry_method_baseline_and_call_time(method):
         assert "lower bound" in rss.details["sampled"]
     else:
         assert set(rss.details) == {"baseline_rss_mib", "call_s"}
+
+
+def test_memory_profiler_never_forks_this_process_and_close_stops_its_sampler(monkeypatch):
+    # issue 11 item 4: a fork write-protects every page of this process, so the timed rounds after it paid
+    # copy-on-write faults. The sampler is spawned (exec'd), once per probe, and close() ends it.
+    import os
+
+    def no_fork():
+        raise AssertionError("os.fork called: the memory pass must not fork the measured process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    probe = MemoryProbe("memory_profiler")
+    for _ in range(3):
+        result, metrics = probe.measure(alloc_and_touch)
+        assert result == 1.0 and 0.5 * TRUTH_MIB <= metrics["peak_delta_mib"].value <= 1.02 * TRUTH_MIB
+        assert metrics["peak_delta_mib"].details["polls"] >= 2
+    pid = probe._sampler.proc.pid
+    assert [c.pid for c in psutil.Process().children()] == [pid]  # one sampler for every call
+    probe.close()
+    assert all(c.pid != pid or c.status() == psutil.STATUS_ZOMBIE for c in psutil.Process().children())
+
+
+def test_runner_memory_pass_leaves_no_sampler_beside_the_timed_pass():
+    from pytest_s2st.measure.device import resolve_device
+    from pytest_s2st.runner import RunSettings, StageMeasurer
+
+    class Stage:
+        name = "alloc"
+
+        def forward(self, x):
+            return alloc_and_touch(16, 0.0)
+
+    measurer = StageMeasurer(RunSettings(device=resolve_device("cpu"), memory="memory_profiler", flops="off",
+                                         tensor_memory="off", warmup=0))
+    result, _ = measurer.measure(Stage(), [0, 1])
+    assert result.metrics["peak_delta_mib"].method == "memory_profiler"
+    assert [c for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE] == []

@@ -9,10 +9,9 @@ from typing import Any, Callable
 
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.record import Metric
+from pytest_s2st.measure.tensor_memory import TORCH_METHOD, TORCH_NOTE, probe_call  # torch-free at import
 
 METHODS = ("torch", "papi", "off")
-TORCH_METHOD = "torch.utils.flop_counter"
-TORCH_NOTE = "analytic count of matmul/conv/SDPA ops only (2*m*n*k per matmul); elementwise ops count 0"
 PAPI_EVENTS = ("PAPI_SP_OPS", "PAPI_DP_OPS")
 
 
@@ -27,34 +26,8 @@ def count_flops(method: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) 
 
 
 def _torch_flops(fn, args, kwargs) -> tuple[Any, Metric]:
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils.flop_counter import FlopCounterMode
-    except Exception as exc:  # torch absent or broken
-        return fn(*args, **kwargs), Metric.missing(TORCH_METHOD, f"torch is not importable ({type(exc).__name__}: {exc})")
-
-    class _OpCounter(TorchDispatchMode):
-        """Counts every dispatched torch op, so that 'no torch op ran' is not mistaken for 0 FLOPs."""
-
-        def __init__(self):
-            super().__init__()
-            self.ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += 1
-            return func(*args, **(kwargs or {}))
-
-    counter = FlopCounterMode(display=False)
-    ops = _OpCounter()
-    with counter, ops:
-        result = fn(*args, **kwargs)
-    if ops.ops == 0:
-        return result, Metric.missing(
-            TORCH_METHOD, "no torch operation was dispatched; the torch counter only sees torch ops"
-        )
-    by_op = {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
-    details = {"by_op": by_op, "dispatched_ops": ops.ops, "note": TORCH_NOTE}
-    return result, Metric(int(counter.get_total_flops()), TORCH_METHOD, details=details)
+    result, metric, _ = probe_call(fn, args, kwargs, flops=True, tensors=False)
+    return result, metric
 
 
 def _papi_flops(fn, args, kwargs) -> tuple[Any, Metric]:

@@ -4,13 +4,16 @@ Two methods, both measuring the whole process:
 - "vmhwm": reset the kernel's RSS high-water mark (write "5" to /proc/self/clear_refs), run the call,
   read VmHWM from /proc/self/status. No sampling, but Linux-only and needs clear_refs writable; the kernel's
   RSS counters are batched, so expect ~0.1-0.3 MiB of slack (200 MiB measured as 199.8-199.9 here).
-- "memory_profiler": a forked child polls our RSS every `interval` seconds while the call runs in-process.
-  Sampling: a peak shorter than the interval can be missed, so the value is a lower bound.
+- "memory_profiler": a child polls our RSS every `interval` seconds (memory_profiler's reader) while the call
+  runs in-process. Sampling: a peak shorter than the interval can be missed, so the value is a lower bound.
+  The child is spawned once per probe, never forked (see RssSampler), and stopped by ``close()``.
 No torch import here: RSS covers numpy and torch CPU tensors alike (tracemalloc would miss torch).
 """
 from __future__ import annotations
 
+import os
 import time
+import weakref
 from typing import Any, Callable
 
 from pytest_s2st.errors import S2STError
@@ -95,6 +98,7 @@ class MemoryProbe:
             raise S2STError(f"--s2st-memory={method}: unknown method, expected one of {', '.join(METHODS)}")
         self.method = method
         self.off_reason = reason or "memory measurement disabled (--s2st-memory=off)"
+        self._sampler: RssSampler | None = None
 
     def measure(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, dict[str, Metric]]:
         if self.method == "vmhwm":
@@ -116,31 +120,116 @@ class MemoryProbe:
         return result, _metrics(peak / 1024, baseline / 1024, "vmhwm", details)
 
     def _memory_profiler(self, fn, args, kwargs):
-        from memory_profiler import memory_usage
-
-        box: dict[str, Any] = {}
-
-        def call():
-            # Baseline read in-process right before fn, after the polling child has started.
-            box["baseline"] = current_rss_mib()
-            t0 = time.perf_counter()
-            out = fn(*args, **kwargs)
-            box["call_s"] = time.perf_counter() - t0
-            return out
-
-        # max_iterations=1: memory_profiler otherwise re-runs fn at a 10x finer interval when it got < 5 samples.
-        peak, result = memory_usage(
-            (call, (), {}), interval=MEMORY_PROFILER_INTERVAL_S, retval=True, max_usage=True, max_iterations=1
-        )
-        baseline = box["baseline"]
-        peak = max(float(peak), baseline)
+        sampler = self._sampler
+        if sampler is None or not sampler.alive():
+            sampler = self._sampler = RssSampler(MEMORY_PROFILER_INTERVAL_S)
+        sampler.begin()  # returns once the sampler has read the RSS once
+        baseline = current_rss_mib()  # in-process, right before fn
+        t0 = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            self.close()  # no polling child outlives a failed call
+            raise
+        call_s = time.perf_counter() - t0
+        peak, polls = sampler.end()
+        peak = max(peak, baseline)
         details = {
             "baseline_rss_mib": baseline,
-            "call_s": box["call_s"],
+            "call_s": call_s,
             "interval_s": MEMORY_PROFILER_INTERVAL_S,
+            "polls": polls,
+            "sampler": "memory_profiler's RSS reader polled from one spawned (not forked) process per probe",
             "sampled": "peaks shorter than the polling interval can be missed: a lower bound",
         }
         return result, _metrics(peak, baseline, "memory_profiler", details)
+
+    def close(self) -> None:
+        """Stop the sampler process (the memory pass is over: nothing of it may run beside the timed pass)."""
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+
+
+# The sampler runs in its own interpreter, started with subprocess (vfork/exec): memory_profiler.memory_usage
+# forks this process once per call instead, and every fork write-protects all of this process's pages, so the
+# calls after it (the timed rounds, with the FLOPs pass off) paid a copy-on-write fault per page they wrote
+# (issue 11 item 4). Protocol on its stdin/stdout, one line each: "b" -> it reads the RSS once, answers "r",
+# then polls every interval until "e" arrives -> one last read, answers "<peak MiB> <polls>". EOF ends it.
+_SAMPLER_CODE = r"""
+import os, select, sys
+pid, interval = int(sys.argv[1]), float(sys.argv[2])
+from memory_profiler import _get_memory
+def rss():
+    return _get_memory(pid, "psutil")
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    if line.strip() != "b":
+        continue
+    peak, polls = rss(), 1
+    sys.stdout.write("r\n"); sys.stdout.flush()
+    while True:
+        ready = select.select([sys.stdin], [], [], interval)[0]
+        peak, polls = max(peak, rss()), polls + 1
+        if ready:
+            sys.stdin.readline()
+            break
+    sys.stdout.write(f"{peak!r} {polls}\n"); sys.stdout.flush()
+"""
+_MAX_REPLY = 256  # bytes of one sampler answer
+
+
+class RssSampler:
+    """A long-lived RSS poller of this process (memory_profiler's reader), in a spawned child."""
+
+    def __init__(self, interval: float):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _SAMPLER_CODE, str(os.getpid()), repr(interval)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self._finalizer = weakref.finalize(self, _stop_sampler, self.proc)  # a dropped probe stops its child too
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _ask(self, line: str) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        reply = self.proc.stdout.readline(_MAX_REPLY)
+        if not reply:
+            raise S2STError(f"memory_profiler sampler (pid {self.proc.pid}) stopped: exit status {self.proc.poll()}")
+        return reply.strip()
+
+    def begin(self) -> None:
+        self._ask("b")
+
+    def end(self) -> tuple[float, int]:
+        reply = self._ask("e")
+        try:
+            peak, polls = reply.split()
+            return float(peak), int(polls)
+        except ValueError:
+            raise S2STError(f"memory_profiler sampler (pid {self.proc.pid}) answered {reply[:80]!r}, "
+                            "expected '<peak MiB> <polls>'") from None
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop_sampler(proc) -> None:
+    if proc.poll() is None:
+        proc.kill()  # it holds no state worth a graceful stop; killing never waits on a busy poll
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
 
 
 def _metrics(peak_mib: float, baseline_mib: float, method: str, details: dict) -> dict[str, Metric]:

@@ -1,0 +1,242 @@
+"""One Python dispatch pass over a call: its FLOPs and the peak of its live tensor bytes (torch imported lazily).
+
+``DispatchProbe`` is a single ``TorchDispatchMode`` that does two things per dispatched op:
+
+- **FLOPs**, exactly as ``torch.utils.flop_counter.FlopCounterMode`` counts them, with less per-op work:
+  the same registered formulas (``torch.utils.flop_counter.flop_registry``), the same decomposition rule
+  (every op that has a CompositeImplicitAutograd kernel is decomposed and its parts are seen; the others run
+  and are counted by their overload packet's formula, if any), the same skipped metadata ops. It leaves out
+  what a total does not need: the ModuleTracker (a forward pre/post hook on every module call, to attribute
+  counts to modules) and the per-module table. tests/test_measure_tensor_memory.py checks equality with
+  FlopCounterMode on every model of the embedded default.
+- **Live tensor bytes**: every storage an op returns that did not exist when the call began is added to the
+  live total, with a weak reference on the storage whose callback subtracts it when the storage dies (CPython frees it
+  the moment its last tensor goes). The peak of that total is ``tensor_peak_mib``: bytes of storages created
+  during the call and alive at the same time; the same bytes run after run (tests/test_measure_tensor_memory.py).
+  Not counted: storages that existed before the call (weights, the input) and views or in-place results of them;
+  not seen: a kernel's internal scratch that never leaves it, and tensors made without a dispatched op
+  (``torch.tensor(list)``). A storage whose address is reused after it died is a new one (both sets forget
+  dead storages).
+"""
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from typing import Any, Callable
+
+from pytest_s2st.measure.record import Metric
+
+MIB = 2**20
+TENSOR_METHOD = "torch_dispatch_storages"
+TENSOR_NOTE = ("peak bytes of tensor storages created during the call and alive at once (op outputs, freed when "
+               "their last tensor dies); pre-existing storages and kernels' internal scratch are not counted")
+METHODS = ("dispatch", "off")
+TORCH_METHOD = "torch.utils.flop_counter"  # the FLOPs' method: that module's formulas and rules
+TORCH_NOTE = "analytic count of matmul/conv/SDPA ops only (2*m*n*k per matmul); elementwise ops count 0"
+
+_mode_class: type | None = None
+
+
+def _probe_class() -> type:
+    """The mode class, built on first use so that importing this module imports no torch."""
+    global _mode_class
+    import torch.utils.flop_counter  # noqa: F401 -- a sys.modules lookup once imported; raises if torch is gone
+
+    if _mode_class is not None:
+        return _mode_class
+    import torch
+    from torch._C import DispatchKey
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import flop_registry
+
+    aten = torch.ops.aten
+    # FlopCounterMode answers NotImplemented for these metadata queries (they only reach a mode for
+    # tensor subclasses); so do we.
+    skipped = {aten.sym_is_contiguous.default, aten.is_contiguous.default, aten.is_contiguous.memory_format,
+               aten.is_strides_like_format.default, aten.is_non_overlapping_and_dense.default, aten.size.default,
+               aten.sym_size.default, aten.stride.default, aten.sym_stride.default, aten.storage_offset.default,
+               aten.sym_storage_offset.default, aten.numel.default, aten.sym_numel.default, aten.dim.default,
+               torch.ops.prim.layout.default}
+    never_decompose = torch.ops.prim.device.default
+    composite = DispatchKey.CompositeImplicitAutograd
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    tensor_type = torch.Tensor
+    decomposable: dict[Any, bool] = {}
+
+    def _storage(t):
+        """The tensor's storage, or None for tensors without one (sparse, nested, some subclasses)."""
+        try:
+            return t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+
+    def _storages_of(args: tuple, kwargs: dict) -> set[int]:
+        """Storages of an op's tensor arguments (aten ops take tensors, or lists of them, at the top level)."""
+        keys = set()
+        for arg in (*args, *kwargs.values()):
+            for a in (arg if isinstance(arg, (list, tuple)) else (arg,)):
+                if isinstance(a, tensor_type) and (storage := _storage(a)) is not None:
+                    keys.add(storage._cdata)
+        return keys
+
+    class DispatchProbe(TorchDispatchMode):
+        def __init__(self, flops: bool = True, tensors: bool = True):
+            super().__init__()
+            self.flops, self.tensors = flops, tensors
+            self.by_op: dict[Any, int] = defaultdict(int)
+            self.ops = 0
+            self.live = 0
+            self.peak = 0
+            self.allocations = 0
+            self.untracked = 0  # op outputs without a storage (sparse, nested): not in the peak
+            self._seen: dict[int, int] = {}  # StorageImpl address -> bytes counted for it
+            self._before: set[int] = set()
+            self._refs: dict[int, tuple[Any, int]] = {}  # id(weak ref) -> (the ref, StorageImpl address)
+
+        def _track(self, t, args, kwargs) -> None:
+            storage = _storage(t)
+            if storage is None:
+                self.untracked += 1
+                return
+            key = storage._cdata
+            nbytes = storage.nbytes()
+            counted = self._seen.get(key)
+            if counted is None:
+                if key in self._before:
+                    return
+                # a view, or an op that hands back its input (in-place ops, lift_fresh): no new storage; it existed
+                # before the call, since every storage made during it was seen when its op returned it
+                if t._is_view() or key in _storages_of(args, kwargs):
+                    self._mark_before(storage)
+                    return
+                self._seen[key] = nbytes
+                self.allocations += 1
+                self._watch(storage, key)
+                grown = nbytes
+            elif nbytes > counted:  # resized in place (out= ops, resize_)
+                self._seen[key] = nbytes
+                grown = nbytes - counted
+            else:
+                return
+            self.live += grown
+            if self.live > self.peak:
+                self.peak = self.live
+
+        def _mark_before(self, storage) -> None:
+            # forgotten when it dies, so that a new storage at the same address is counted
+            key = storage._cdata
+            if key not in self._before:
+                self._before.add(key)
+                self._watch(storage, key)
+
+        def _watch(self, storage, key: int) -> None:
+            # a weak reference with a callback: CPython calls it when the storage dies (cheaper than finalize)
+            ref = weakref.ref(storage, self._died)
+            self._refs[id(ref)] = (ref, key)
+
+        def _died(self, ref) -> None:
+            _, key = self._refs.pop(id(ref), (None, None))
+            if key is None:
+                return
+            nbytes = self._seen.pop(key, None)
+            if nbytes is not None:
+                self.live -= nbytes
+            else:
+                self._before.discard(key)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in skipped:
+                return NotImplemented
+            self.ops += 1
+            can = decomposable.get(func)
+            if can is None:
+                can = func is not never_decompose and (composite in func.py_kernels or has_kernel(func.name(), composite))
+                decomposable[func] = can
+            if can:
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            out = func(*args, **kwargs)
+            if self.flops:
+                formula = flop_registry.get(func._overloadpacket)
+                if formula is not None:
+                    self.by_op[func._overloadpacket] += formula(*args, **kwargs, out_val=out)
+            if self.tensors:
+                if isinstance(out, tensor_type):
+                    self._track(out, args, kwargs)
+                elif isinstance(out, (tuple, list)):
+                    for o in out:
+                        if isinstance(o, tensor_type):
+                            self._track(o, args, kwargs)
+            return out
+
+        def start(self, args: Any) -> None:
+            """Storages reachable from the call's arguments existed before it: never counted."""
+            if self.tensors:
+                for leaf in tree_leaves(args):
+                    if isinstance(leaf, tensor_type) and (storage := _storage(leaf)) is not None:
+                        self._mark_before(storage)
+
+    _mode_class = DispatchProbe
+    return DispatchProbe
+
+
+def run_probed(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool = True, tensors: bool = True):
+    """(result, probe) of one call of fn under a DispatchProbe."""
+    probe = _probe_class()(flops=flops, tensors=tensors)
+    probe.start((args, kwargs))
+    with probe:
+        result = fn(*args, **kwargs)
+    return result, probe
+
+
+def tensor_metric(probe: Any) -> Metric:
+    """tensor_peak_mib of one probed call; None with the reason when no torch op ran."""
+    if probe.ops == 0:
+        return Metric.missing(TENSOR_METHOD, "no torch operation was dispatched; only torch tensors are seen")
+    details = {"peak_bytes": probe.peak, "storages": probe.allocations, "note": TENSOR_NOTE}
+    if probe.untracked:
+        details["untracked_outputs"] = probe.untracked  # sparse / nested outputs have no storage to count
+    return Metric(probe.peak / MIB, TENSOR_METHOD, details=details)
+
+
+def measure_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Metric]:
+    """Run fn once (tensor tracking only); its result and tensor_peak_mib."""
+    try:
+        _probe_class()
+    except Exception as exc:  # torch absent or broken
+        return fn(*args, **kwargs), Metric.missing(TENSOR_METHOD, f"torch is not importable ({type(exc).__name__}: {exc})")
+    result, probe = run_probed(fn, args, kwargs, flops=False, tensors=True)
+    return result, tensor_metric(probe)
+
+
+def torch_flops_metric(probe: Any) -> Metric:
+    """The FLOPs of one probed call (FlopCounterMode's formulas and rules); None with the reason when no torch op ran."""
+    if probe.ops == 0:
+        return Metric.missing(
+            TORCH_METHOD, "no torch operation was dispatched; the torch counter only sees torch ops"
+        )
+    by_op = {str(op): int(n) for op, n in probe.by_op.items()}
+    details = {"by_op": by_op, "dispatched_ops": probe.ops, "note": TORCH_NOTE,
+               "counter": "one dispatch mode with torch.utils.flop_counter's formulas, no module tracking"}
+    return Metric(int(sum(by_op.values())), TORCH_METHOD, details=details)
+
+
+def probe_call(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool,
+               tensors: bool) -> tuple[Any, Metric | None, Metric | None]:
+    """One call under one DispatchProbe: (result, flops metric or None, tensor_peak_mib or None).
+
+    The FLOPs metric is what ``count_flops("torch", ...)`` reports (same method name, same count as
+    torch.utils.flop_counter.FlopCounterMode); each metric is None when not asked for.
+    """
+    try:
+        _probe_class()
+    except Exception as exc:  # torch absent or broken
+        reason = f"torch is not importable ({type(exc).__name__}: {exc})"
+        return (fn(*args, **kwargs), Metric.missing(TORCH_METHOD, reason) if flops else None,
+                Metric.missing(TENSOR_METHOD, reason) if tensors else None)
+    result, probe = run_probed(fn, args, kwargs, flops=flops, tensors=tensors)
+    return result, torch_flops_metric(probe) if flops else None, tensor_metric(probe) if tensors else None

@@ -1,0 +1,233 @@
+"""The instruction count (measure/instructions.py): real valgrind children on real callables.
+
+Known truths: a pure-Python loop whose iterations each cost the same adds a count proportional to
+the iterations; the same call counted in two separate children (as two CI runs) agrees to 1e-5.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from helpers import make_dataset
+from pytest_s2st.cases import load_case
+from pytest_s2st.measure import instructions as instr
+from pytest_s2st.measure.instructions import InstructionPass, Unavailable, count_pipeline, read_dumps
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+FAST = ["-p", "no:cacheprovider", "--s2st-warmup=1", "--benchmark-disable-gc"]
+
+WORK_PY = '''
+import numpy as np
+
+def build_loop(n=1000):
+    """Each iteration costs the same: range yields ints past the small-int cache (each one allocated),
+    xor with a cached small int."""
+    def forward(x):
+        s = 0
+        for i in range(1000, 1000 + n):
+            s ^= i & 255
+        return x
+    return forward
+
+def build_matmul(size=48, reps=3):
+    a = np.random.default_rng(0).standard_normal((size, size))
+    def forward(x):
+        y = a
+        for _ in range(reps):
+            y = np.tanh(y @ a)
+        return float(y.sum())
+    return forward
+
+def build_linear(hidden=32):
+    import torch
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(80, hidden)
+    def forward(sample):
+        with torch.inference_mode():
+            return layer(torch.as_tensor(sample["net_input"]["src_tokens"], dtype=torch.float32)).sum().item()
+    return forward
+
+def build_boom():
+    def forward(x):
+        raise RuntimeError("boom in the forward")
+    return forward
+'''
+
+
+def write(root: Path, name: str, stages: list[tuple[str, str]]) -> Path:
+    (root / "work.py").write_text(WORK_PY)
+    if not (root / "data.npy").exists():
+        make_dataset(root / "data.npy", n=2, frames=4)
+    body = f"general:\n  name: {name}\n  model_type: callable\n  dataset_path: data.npy\n"
+    for i, (factory, extra) in enumerate(stages, start=1):
+        body += f"stage{i}:\n  entry: work.py:{factory}\n  stage_name: s{i}\n" + extra
+    path = root / f"{name}.yaml"
+    path.write_text(body)
+    return path
+
+
+def case_dict(path: Path) -> dict:
+    return load_case(path, {}, lambda key: None).to_dict()
+
+
+SAMPLE = {"id": 0, "net_input": {"src_tokens": [[0.01] * 80] * 4, "src_lengths": [4]}}
+
+
+def test_loop_iterations_add_a_proportional_count(tmp_path):
+    n = 4000
+    path = write(tmp_path, "loops", [("build_loop", f"  n: {k * n}\n") for k in (0, 1, 3)])
+    counts = count_pipeline(case_dict(path), SAMPLE, warmup=1)
+    empty, one, three = (counts[f"s{i}"].value for i in range(1, 4))
+    per_iter = [(one - empty) / n, (three - one) / (2 * n)]
+    assert per_iter[0] > 20, per_iter
+    assert abs(per_iter[0] - per_iter[1]) <= 1e-3 * per_iter[0], per_iter  # linear in the iterations
+    # the forward alone: an empty loop's call (a frame, a range, a return: ~2-3k Ir in CPython) is what is
+    # left, not the ctypes round trips of the client requests (toggle_ir, ~3k) on top
+    assert 0 < empty < 4000 and empty < counts["s1"].details["forward_ir"] - 2000, counts["s1"].details
+    m = counts["s1"]
+    assert m.method == "callgrind" and m.details["forward_ir"] - m.details["toggle_ir"] == m.value
+    assert "CALLGRIND_ZERO_STATS" in m.details["how"] and m.details["sample"] == 0
+
+
+def test_the_same_call_counted_in_two_children_agrees(tmp_path):
+    """A tiny torch model then a numpy workload, each counted by two separate valgrind children."""
+    path = write(tmp_path, "twice", [("build_linear", ""), ("build_matmul", "")])
+    first = count_pipeline(case_dict(path), SAMPLE, warmup=1)
+    second = count_pipeline(case_dict(path), SAMPLE, warmup=1)
+    for name in ("s1", "s2"):
+        a, b = first[name].value, second[name].value
+        assert a > 10_000 and b > 10_000, (name, a, b)
+        assert abs(a - b) / a < 1e-5, (name, a, b)
+
+
+def test_pass_says_why_it_cannot_count(tmp_path):
+    stage = type("S", (), {"name": "s1"})()
+    assert InstructionPass("off", None, "cpu").measure(stage, [1]) is None
+    m = InstructionPass("callgrind", None, "cpu").measure(stage, [1])
+    assert m.value is None and "no s2st_case" in m.reason
+    m = InstructionPass("callgrind", {"x": 1}, "cuda").measure(stage, [1])
+    assert m.value is None and m.reason == "instructions are counted on cpu only (device is cuda)"
+    m = InstructionPass("cachegrind", {"x": 1}, "cpu").measure(stage, [1])
+    assert m.value is None and "unknown method" in m.reason
+
+
+def test_missing_valgrind_is_one_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(Unavailable, match=r"^valgrind is not on PATH \(Debian/Ubuntu: apt-get install valgrind\)$"):
+        count_pipeline({}, SAMPLE)
+
+
+def test_missing_compiler_is_one_reason(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "valgrind").symlink_to(shutil.which("valgrind"))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(Unavailable, match="no C compiler"):
+        count_pipeline({}, SAMPLE)
+
+
+def test_shim_is_built_once(tmp_path):
+    first = instr.build_shim(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert instr.build_shim(tmp_path) == first and first.stat().st_mtime_ns == stamp
+    assert first.parent == tmp_path and first.name.startswith("callgrind-shim-")
+
+
+def test_child_failure_and_timeout_are_one_line(tmp_path):
+    path = write(tmp_path, "boom", [("build_boom", "")])
+    with pytest.raises(Unavailable) as err:
+        count_pipeline(case_dict(path), SAMPLE, warmup=1)
+    assert str(err.value) == "the valgrind child exited 2: RuntimeError: boom in the forward"
+    with pytest.raises(Unavailable, match=r"^the valgrind child ran past 0.5 s and was killed$"):
+        count_pipeline(case_dict(path), SAMPLE, timeout_s=0.5)
+    unpicklable = {"f": lambda: None}
+    with pytest.raises(Unavailable, match="cannot be handed to the valgrind child"):
+        count_pipeline(case_dict(path), unpicklable)
+
+
+def test_read_dumps_reads_labelled_totals(tmp_path):
+    (tmp_path / "callgrind.out.1").write_text(
+        "version: 1\ndesc: Trigger: Client Request: s2st:0:forward\nevents: Ir\nsummary: 99\nfn=x\n1 5\ntotals: 123\n")
+    (tmp_path / "callgrind.out.2").write_text("desc: Trigger: Program termination\nevents: Ir\ntotals: 7\n")
+    (tmp_path / "callgrind.out.3").write_text("desc: Trigger: Client Request: a b\nevents: Dr Ir\ntotals: 1 2\n")
+    assert read_dumps(tmp_path) == {"s2st:0:forward": 123, "a b": 2}
+    (tmp_path / "callgrind.out.4").write_text("desc: Trigger: Client Request: bad\nevents: Ir\ntotals: x\n")
+    with pytest.raises(Unavailable, match="unreadable Ir total 'x'"):
+        read_dumps(tmp_path)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.binary(max_size=400), st.sampled_from([b"", b"desc: Trigger: Client Request: L\n", b"events: Ir\n"]))
+def test_read_dumps_fuzz(tmp_path_factory, data, prefix):
+    folder = tmp_path_factory.mktemp("dump")
+    (folder / "callgrind.out.1").write_bytes(prefix + data)
+    try:
+        out = read_dumps(folder)
+    except Unavailable as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert all(isinstance(k, str) and isinstance(v, int) for k, v in out.items())
+
+
+# ------------------------------------------------------------------ plugin sessions (pytester)
+
+
+def saved(pytester) -> dict:
+    return json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]
+
+
+def test_session_counts_budgets_and_shows_method(pytester):
+    cfg = write(pytester.path, "mm", [("build_matmul", ""), ("build_loop", "  n: 3000\n")])
+    pytester.makepyfile(test_bench='''
+import pytest
+
+@pytest.mark.s2st_budget(instructions=1000)
+def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+''')
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-instructions=callgrind",
+                                "--benchmark-json=out.json")
+    result.assert_outcomes(failed=1)
+    s2st = saved(pytester)
+    total = s2st["metrics"]["instructions"]
+    stages = [st["metrics"]["instructions"]["value"] for st in s2st["stages"]]
+    assert all(v > 1000 for v in stages) and total["value"] == sum(stages)
+    assert total["method"] == "callgrind" and total["details"]["over_stages"] == "sum"
+    result.stdout.fnmatch_lines(["*instructions: measured * > budget 1000 (method callgrind)*"])
+    result.stdout.fnmatch_lines(["*instructions*", "*callgrind*"])
+
+
+def test_session_off_by_default_and_missing_valgrind_inconclusive(pytester, monkeypatch):
+    cfg = write(pytester.path, "mm", [("build_matmul", "")])
+    pytester.makepyfile(test_bench='''
+import pytest
+
+@pytest.mark.s2st_budget(instructions=10**12)
+def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+''')
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-json=out.json")
+    assert result.ret == 0 and result.parseoutcomes() == {"inconclusive": 1}
+    assert "instructions" not in saved(pytester)["metrics"]  # off: not measured, not a 0
+    result.stdout.fnmatch_lines(["*s2st INCONCLUSIVE*", "*test_inference*",
+                                 "*instructions: no value to check against budget 1e+12 (not measured)"])
+
+    bin_dir = pytester.path / "nobin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-json=out.json",
+                                "--s2st-instructions=callgrind")
+    assert result.ret == 0 and result.parseoutcomes() == {"inconclusive": 1}
+    m = saved(pytester)["metrics"]["instructions"]
+    assert m["value"] is None and m["reason"].startswith("valgrind is not on PATH")
+    result.stdout.fnmatch_lines(["*instructions n/a: valgrind is not on PATH*", "*s2st INCONCLUSIVE*",
+                                 "*test_inference*", "*instructions: no value to check*(valgrind is not on PATH*"])
+    result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-instructions=cachegrind")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--s2st-instructions*must be one of off, callgrind*"])
