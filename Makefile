@@ -11,6 +11,7 @@ TORCH_INDEX ?=
 comma := ,
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
+TEST_WORKERS ?= auto
 BENCH_ARGS ?=
 
 .PHONY: test bench install sysdeps clean
@@ -33,13 +34,19 @@ $(STAMP): pyproject.toml
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 
-# Debian packages some tests use as a real system under test (espeak-ng speech, sox); needs root.
+# Debian packages some tests use as a real system under test (espeak-ng speech, sox; valgrind with its
+# callgrind.h for the instruction count); needs root.
 sysdeps:
-	@command -v espeak-ng >/dev/null && command -v sox >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsndfile1 >/dev/null; }
+	@command -v espeak-ng >/dev/null && command -v sox >/dev/null && command -v valgrind >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsndfile1 valgrind >/dev/null; }
 
+# the suite runs on every core the machine has (pytest-xdist, TEST_WORKERS=0 for one process), then the
+# tests that bound a duration or a rate (marked serial in tests/conftest.py) run on their own; both always run
 test: install sysdeps
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	rc=0; \
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_ARGS) || rc=$$?; \
+	$(PY) -m pytest tests -m serial $(PYTEST_ARGS) || rc=$$?; \
+	exit $$rc
 
 bench: install
 	$(PY) -m pytest benchmarks $(BENCH_ARGS)

@@ -49,3 +49,96 @@ def compared_mapping(config: Any) -> Mapping[str, Mapping[str, Any]]:
     if not hasattr(session, "compared_mapping"):
         raise _changed("BenchmarkSession.compared_mapping")
     return session.compared_mapping or {}
+
+
+def _session(config: Any) -> Any:
+    session = getattr(config, "_benchmarksession", None)
+    if session is None:
+        raise _changed("config._benchmarksession")
+    return session
+
+
+def enable_under_xdist(config: Any, worker: bool) -> None:
+    """Undo pytest-benchmark's "disabled because xdist plugin is active" (BenchmarkSession.disabled,
+    .xdist_warning, .xdist_benchmark_found): pytest-s2st times each case on one worker and merges the
+    rows on the controller. An explicit --benchmark-disable stays. Workers save nothing and judge no
+    --benchmark-compare-fail themselves (.save, .autosave, .json, .compare_fail): the controller does
+    both once, over every worker's rows."""
+    session = _session(config)
+    for attr in ("disabled", "xdist_warning", "xdist_benchmark_found", "save", "autosave", "json", "compare_fail"):
+        if not hasattr(session, attr):
+            raise _changed(f"BenchmarkSession.{attr}")
+    session.xdist_warning = session.xdist_benchmark_found = False
+    asked_off = config.getoption("benchmark_disable") and not config.getoption("benchmark_enable")
+    from pytest_benchmark.fixture import statistics
+
+    if not asked_off and statistics is not None:
+        session.disabled = False
+    if worker:
+        session.save = session.autosave = session.json = session.compare_fail = None
+
+
+def export_benchmarks(config: Any, rename: Mapping[str, str]) -> list[dict[str, Any]]:
+    """This worker's pytest-benchmark rows (BenchmarkSession.benchmarks: stats.Metadata) with their raw
+    timings, as JSON-able dicts; ``rename`` maps xdist's "nodeid@group" back to the plain nodeid."""
+    import json
+
+    from pytest_benchmark.utils import safe_dumps
+
+    out = []
+    for bench in _session(config).benchmarks:
+        if not bench:  # never timed (the test failed before or --benchmark-disable)
+            continue
+        row = json.loads(safe_dumps(bench.as_dict(include_data=True)))  # safe_dumps: what pytest-benchmark saves
+        row["fullname"] = rename.get(row["fullname"], row["fullname"])
+        row["has_error"] = bool(bench.has_error)
+        out.append(row)
+    return out
+
+
+def absorb_benchmarks(config: Any, rows: list[dict[str, Any]]) -> None:
+    """The controller's side of export_benchmarks: each row becomes a stats.Metadata again, its Stats
+    refilled with the raw per-iteration timings, so the table, the saved JSON and --benchmark-compare
+    see it exactly as if the controller had timed it."""
+    from types import SimpleNamespace
+
+    from pytest_benchmark.stats import Metadata
+
+    session = _session(config)
+    for row in rows:
+        stats = row.get("stats") or {}
+        fixture = SimpleNamespace(name=row["name"], fullname=row["fullname"], group=row.get("group"),
+                                  param=row.get("param"), params=row.get("params"),
+                                  extra_info=row.get("extra_info") or {}, cprofile_stats=None,
+                                  has_error=bool(row.get("has_error")))
+        bench = Metadata(fixture, iterations=int(stats.get("iterations") or 1), options=row.get("options") or {})
+        for duration in stats.get("data") or []:
+            bench.stats.update(float(duration))
+        session.benchmarks.append(bench)
+
+
+def pedantic_until(benchmark: Any, target: Callable[..., Any], setup: Callable[[], tuple], more: Callable[[], bool]) -> None:
+    """``benchmark.pedantic(target, setup=setup, iterations=1)`` with the number of rounds decided as they run:
+    a round runs while ``more()`` says so. pedantic takes a fixed ``rounds``; this is its loop
+    (BenchmarkFixture._raw_pedantic) over the fixture's own _make_stats / _make_runner, so pytest-benchmark's
+    table and saved JSON hold every round, as with pedantic."""
+    for attr in ("_make_stats", "_make_runner", "_mode", "disabled", "has_error"):
+        if not hasattr(benchmark, attr):
+            raise _changed(f"BenchmarkFixture.{attr}")
+    if benchmark._mode:
+        benchmark.has_error = True
+        raise S2STError(f"the benchmark fixture was already used ({benchmark._mode})")
+    benchmark._mode = "benchmark.pedantic(...)"
+    try:
+        if benchmark.disabled:  # --benchmark-disable: one run, as pedantic does
+            args, kwargs = setup()
+            target(*args, **kwargs)
+            return
+        stats = benchmark._make_stats(1)
+        while more():
+            args, kwargs = setup()
+            duration, _ = benchmark._make_runner(target, args, kwargs)(None)
+            stats.update(duration)
+    except Exception:
+        benchmark.has_error = True
+        raise

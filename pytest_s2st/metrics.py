@@ -37,6 +37,11 @@ def fmt_mib(value: float) -> str:
     return f"{value:.1f} MiB"
 
 
+def fmt_small_mib(value: float) -> str:
+    """MiB, or KiB below 1 MiB: tiny models' tensor peaks are tens of KiB, which '0.0 MiB' would hide."""
+    return f"{value * 1024:.1f} KiB" if abs(value) < 1 else fmt_mib(value)
+
+
 def fmt_ratio(value: float) -> str:
     return f"{value:.3f}"
 
@@ -47,6 +52,15 @@ def fmt_percent(value: float) -> str:
 
 def fmt_audio_rate(value: float) -> str:
     return f"{value:.2f} s/s"
+
+
+def fmt_lag_seconds(value: float) -> str:
+    """Seconds where exactly 0 is the common, good value (an underrun, a gap): '0 s', not '0.0 ns'."""
+    return "0 s" if value == 0 else fmt_seconds(value)
+
+
+def fmt_mean_count(value: float) -> str:
+    return f"{value:.2f}"
 
 
 @dataclass(frozen=True)
@@ -82,8 +96,16 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("device_peak_mib", "device peak", "MiB", fmt_mib, INFERENCE, "memory pass (cuda/npu peak allocated)",
               aggregate="max", comparable=True, note_missing=False,
               help="peak allocated device memory after a reset (cuda / npu)"),
+    MetricDef("tensor_peak_mib", "tensor peak", "MiB", fmt_small_mib, INFERENCE,
+              "dispatch pass (storages created by torch ops during the call, alive at once; measure/tensor_memory.py)",
+              aggregate="max", comparable=True,
+              help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
     MetricDef("flops", "FLOPs", "FLOPs", fmt_count, INFERENCE, "FLOPs pass (torch dispatch count or PAPI)",
               aggregate="sum", comparable=True, show_method=True, help="floating-point operations per sample"),
+    MetricDef("instructions", "instructions", "Ir", fmt_count, INFERENCE,
+              "instruction pass (valgrind callgrind around the forward, in a child process; measure/instructions.py)",
+              aggregate="sum", comparable=True, show_method=True,
+              help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
     MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
               stats=("mean", "p50", "p90", "p99"), table_stats=("mean", "p50", "p90", "p99"),
               help="time to first audio"),
@@ -92,6 +114,26 @@ METRICS: tuple[MetricDef, ...] = (
               help="real-time factor"),
     MetricDef("latency_s", "latency", "s", fmt_seconds, SERVICE, "client clock: completion - send",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"), help="end-to-end latency"),
+    # streaming playback (vLLM-Omni's definitions, runs.playback_metrics): a real-time player started at the
+    # first audio, fed by the chunks as the client received them
+    MetricDef("underrun_s", "underrun", "s", fmt_lag_seconds, SERVICE,
+              "chunk timeline: worst deficit of a real-time player started at the first audio (vLLM-Omni)",
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
+              help="playback underrun: seconds a real-time player falls behind (= its total dry time)"),
+    MetricDef("underrun_events", "underrun events", "", fmt_mean_count, SERVICE,
+              "chunk timeline: chunks that arrived after the audio before them had played out (vLLM-Omni)",
+              stats=("mean", "p50", "p90", "p99"), help="late chunks per request"),
+    MetricDef("underrun_longest_s", "longest dry spell", "s", fmt_lag_seconds, SERVICE,
+              "chunk timeline: longest dry spell of a player that waits and resumes at the next chunk",
+              stats=("mean", "p50", "p90", "p99"), help="longest single playback stall per request"),
+    MetricDef("continuity_rate", "continuity", "", fmt_percent, SERVICE,
+              "requests whose underrun <= 0.1 s / requests with a chunk timeline (vLLM-Omni)", budgetable=False,
+              help="fraction of requests that play without an audible gap"),
+    MetricDef("gap_s", "chunk gap", "s", fmt_lag_seconds, SERVICE,
+              "chunk timeline: arrival differences of consecutive audio chunks, pooled over requests",
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), help="inter-chunk gap"),
+    MetricDef("audio_duration_s", "audio", "s", fmt_seconds, SERVICE, "seconds of audio returned per request",
+              budgetable=False, stats=("mean", "p50", "p90", "p99"), help="audio duration per request"),
     MetricDef("throughput", "throughput", "audio s/s", fmt_audio_rate, SERVICE,
               "audio seconds of ok requests / wall seconds of the measured phase", budgetable=False,
               help="audio seconds produced per wall second"),

@@ -60,13 +60,55 @@ def pytest_configure(config: pytest.Config) -> None:
         # validate every global setting now, so a bad ini value is a usage error before any test runs
         compare_fail = state.option("compare_fail")
         state.option("strict")
+        state.option("shard")
         state.check_evidence_dir()
+        state.option("level_parts_wait")
         if config.getoption("s2st_config"):
             state.load_cases()  # a bad config is a usage error before collection
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
     if compare_fail and not config.getoption("benchmark_compare", None):
         raise pytest.UsageError("--s2st-compare-fail needs --benchmark-compare (a saved run to compare with)")
+    if _xdist_distributes(config):  # -n N: workers time, the controller merges (plugin_xdist.py)
+        from .plugin_xdist import XdistGlue
+
+        config.pluginmanager.register(XdistGlue(config), "s2st-xdist")
+
+
+def _xdist_distributes(config: pytest.Config) -> bool:
+    """An xdist worker, or a controller that starts workers (-n N with N > 0)."""
+    if hasattr(config, "workerinput"):
+        return True
+    return bool(config.pluginmanager.hasplugin("xdist") and getattr(config.option, "dist", "no") != "no"
+                and getattr(config.option, "tx", None))
+
+
+def _case_of(item: pytest.Item) -> Any:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("s2st_case") if callspec is not None else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--s2st-shard i/n keeps its slice of the cases; under xdist a case's tests form one group."""
+    shard = session_of(config).option("shard")
+    if shard:
+        from .distribute import shard_partition
+
+        def key(item: pytest.Item) -> str:  # a case's tests stay together; other tests by nodeid
+            case = _case_of(item)
+            return f"case {case.case_id}" if case is not None else f"test {item.nodeid}"
+
+        kept, dropped = shard_partition(items, key, *shard)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            case = _case_of(item)
+            level_part = "s2st_level_part" in getattr(getattr(item, "callspec", None), "params", {})
+            if case is not None and not level_part:  # --dist loadgroup: each case on one worker, its model loaded
+                item.add_marker(pytest.mark.xdist_group(case.case_id))  # once; level parts go to N workers
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -98,6 +140,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not needs_case:
         levels = state.option("concurrency")
         metafunc.parametrize("s2st_concurrency", levels, ids=[f"c{c}" for c in levels], scope="session")
+        _level_parts(metafunc, state, [(None, c) for c in levels])
         return
     try:
         cases = state.load_cases()
@@ -120,12 +163,45 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     pairs = [(c, level) for c in cases for level in c.settings["concurrency"]]
     metafunc.parametrize(["s2st_case", "s2st_concurrency"], pairs, ids=[f"{c.case_id}-c{level}" for c, level in pairs],
                          indirect=["s2st_case"], scope="session")
+    _level_parts(metafunc, state, pairs)
+
+
+def _check_level_parts(state: S2STSession, pairs: list[tuple[Any, int]]) -> None:
+    """S2STError naming the flag (or ini key), the case and its config when N does not divide a level."""
+    from .service.parts import part_concurrency
+
+    count = state.option("level_parts")
+    for case, level in pairs:
+        part_concurrency(level, count, f"{state.source('level_parts')} {count}"
+                         + (f" (case {case.case_id}, {case.config.path})" if case is not None else ""))
+
+
+def _level_parts(metafunc: pytest.Metafunc, state: S2STSession, pairs: list[tuple[Any, int]]) -> None:
+    """--s2st-level-parts N > 1: every service level becomes N items [...-c<level>-p<k>of<N>] (plugin_service
+    drives part k with concurrency level/N); a level N does not divide is a usage error, named once."""
+    count = state.option("level_parts")
+    if count <= 1 or "s2st_load" not in metafunc.fixturenames:
+        return
+    from .service.parts import part_id
+
+    try:
+        _check_level_parts(state, pairs)
+    except S2STError as exc:  # checked where a service test asks for levels: its module's one-line error
+        raise pytest.Collector.CollectError(str(exc)) from None
+    ids = [part_id(k, count) for k in range(1, count + 1)]
+    metafunc.fixturenames.append("s2st_level_part")  # a parameter only, as pytest-repeat adds its step number
+    metafunc.parametrize("s2st_level_part", ids, ids=ids)
 
 
 @pytest.fixture(scope="session")
 def s2st_case(request: pytest.FixtureRequest):
-    """The benchmark case (config + resolved settings) this test is parametrized with."""
-    return request.param
+    """The benchmark case (config + resolved settings) this test is parametrized with; on xdist
+    worker gwK a cuda/npu case runs on device K mod the count."""
+    case = request.param
+    state = session_of(request.config)
+    if case is not None and state.worker:
+        case.settings["device"] = state.pin_device(case.settings["device"])
+    return case
 
 
 @pytest.fixture(scope="session")
@@ -169,11 +245,15 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
         else:
             from .measure.device import resolve_device
 
-            device = resolve_device(settings["device"])
+            device = resolve_device(state.pin_device(settings["device"]))
     except S2STError as exc:
         fail(exc)
     return settings, RunSettings(device=device, repeat=settings["repeat"], warmup=settings["warmup"],
-                                 memory=settings["memory"], flops=settings["flops"], threads=settings["threads"])
+                                 memory=settings["memory"], flops=settings["flops"], threads=settings["threads"],
+                                 instructions=settings["instructions"],
+                                 tensor_memory=settings["tensor_memory"], min_rounds=settings["min_rounds"],
+                                 target_precision=settings["target_precision"], max_time=settings["max_time"],
+                                 case=case.to_dict() if case is not None and settings["instructions"] != "off" else None)
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
@@ -196,7 +276,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
     The dataset is measured as given: s2st_dataset has already applied dataset_size.
     """
-    from .benchmark_compat import fixture_timer, timer_name
+    from .benchmark_compat import fixture_timer, pedantic_until, timer_name
     from .runner import Measurement, measure_pipeline
 
     state = session_of(request.config)
@@ -209,11 +289,16 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             measurement.info["config"] = str(case.config.path)
         # what compare matches on: independent of the rootdir (see report.identity)
         measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
+        if state.worker:
+            measurement.info["xdist_worker"] = state.worker
         state.add_measurement(request.node, measurement)
 
         def drive(rounds) -> str:
             rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
-            benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count, iterations=1, warmup_rounds=0)
+            if rounds.policy.adaptive:  # --s2st-target-precision: rounds are added until it is reached
+                pedantic_until(benchmark, rounds.run, rounds.setup, rounds.more)
+            else:
+                benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count, iterations=1, warmup_rounds=0)
             return timer_name(timer)
 
         try:
@@ -257,13 +342,15 @@ def _item_verdict(item: pytest.Item):
         limits, stage = parse_budget(marker.kwargs, item.nodeid)
         if measurement is not None:
             verdicts.append(check_budget(measurement.metric, limits, stage, [s.name for s in measurement.stages]))
+        elif service is not None and service.get("level_part"):
+            continue  # one part of a level (--s2st-level-parts): budgets judge the merged level, on its merger
         elif service is not None:
             verdicts.append(check_budget(service_lookup(service), limits))
         else:
             verdicts.append(Verdict(INCONCLUSIVE, ["s2st_budget set but the test measured nothing "
                                                    "(call s2st_benchmark or s2st_load)"]))
-    if service is not None:
-        reasons = evidence_reasons(service)
+    if service is not None:  # parts_reasons: a level split by --s2st-level-parts not driven as asked
+        reasons = list(service.get("parts_reasons") or []) + (evidence_reasons(service) if "summary" in service else [])
         verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))
         gate = gate_verdict(service)
         if gate is not None:

@@ -15,6 +15,9 @@ COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
     method = str(metric.get("method", "?"))
+    details = metric.get("details") or {}
+    if name == "runtime_s" and details.get("precision") is not None:  # achieved precision (runner.relative_precision)
+        method += f" ±{100 * details['precision']:.1f}% ({len(details.get('rounds_s') or ())} rounds)"
     return method.removeprefix("timer:").replace("torch.utils.flop_counter", "torch")
 
 
@@ -101,6 +104,11 @@ def _value(metrics: Mapping[str, Any], key: str) -> float | None:
     return (metrics.get(key) or {}).get("value")
 
 
+def _reason(metrics: Mapping[str, Any], key: str) -> str:
+    entry = metrics.get(key) or {}
+    return str(entry.get("reason") or ("not in the saved row" if not entry else "no value"))[:200]
+
+
 def pct_change(old: float | None, new: float | None) -> str:
     if old is None or new is None:
         return "n/a"
@@ -157,6 +165,13 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
         if old is None:
             continue
         for limit in limits:
+            missing = [(side, metrics) for side, metrics in (("compared", old), ("current", row.metrics))
+                       if _value(metrics, limit.metric) is None]
+            if missing:  # a gate that could not look passes nothing: same rule as an unmatched row
+                why = "; ".join(f"{side}: {_reason(metrics, limit.metric)}" for side, metrics in missing)
+                out.append(f"{row.fullname}: {limit.metric} not measured in the {' and '.join(s for s, _ in missing)} "
+                           f"run ({why}), so limit {limit} was not checked")
+                continue
             change = limit.exceeded(_value(old, limit.metric), _value(row.metrics, limit.metric))
             if change is None:
                 continue
@@ -194,25 +209,61 @@ def insignificant(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]
     return out
 
 
+def _in_service_table(m: Any) -> bool:
+    """A statistic-metric shows the stats it names in table_stats; one naming none is JSON and budgets only."""
+    return bool(m.table_stats) or not m.stats
+
+
 def render_service_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """(row name, level data) pairs -> the service table; its metric columns come from the table."""
+    """(row name, level data) pairs -> the service table; its metric columns come from the table.
+    Under it, one line per shown metric that is n/a for a level with completed requests, saying why."""
     header = ["Name", "conc", "ok/n"]
     for m in SERVICE_METRICS:
+        if not _in_service_table(m):
+            continue
         if m.table_stats:
             header += [f"{m.title} {s}" if i == 0 else s for i, s in enumerate(m.table_stats)]
         else:
             header.append(m.title)
-    header.append("goodput")
+    header += ["goodput", "req/s asked/got"]
     body = []
     for name, data in results:
         s = data["summary"]
         cells = [name, str(data["concurrency"]), f"{s.get('n_ok', 0)}/{s.get('n', 0)}"]
         for m in SERVICE_METRICS:
+            if not _in_service_table(m):
+                continue
             if m.table_stats:
                 cells += [m.format((s.get(m.name) or {}).get(stat)) for stat in m.table_stats]
             else:
                 cells.append(m.format(s.get(m.name)))
         goodput = (s.get("goodput") or {}).get("fraction")
         cells.append("n/a" if goodput is None else f"{100 * goodput:.0f}%")
+        cells.append(_rates(s))
         body.append(cells)
-    return table(header, body)
+    return table(header, body) + service_missing_notes(results)
+
+
+def _rates(summary: Mapping[str, Any]) -> str:
+    """The open-loop request rate asked ("closed": the closed loop) / achieved (measured requests / wall)."""
+    asked, got = summary.get("request_rate", "inf"), summary.get("achieved_rate")
+    asked_text = "closed" if asked in ("inf", None) else f"{float(asked):g}"
+    return f"{asked_text}/{'n/a' if got is None else f'{got:.2f}'}"
+
+
+def service_missing_notes(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Why a shown service metric is n/a for a level whose requests did complete (never a silent blank)."""
+    notes = []
+    for name, data in results:
+        s = data["summary"]
+        if not s.get("n_ok"):
+            continue  # nothing completed: the ok/n column already says it
+        reasons = s.get("reasons") or {}
+        for m in SERVICE_METRICS:
+            if not _in_service_table(m) or m.name not in reasons:
+                continue
+            value = s.get(m.name)
+            shown = [(value or {}).get(stat) for stat in m.table_stats] if m.table_stats else [value]
+            if any(v is None for v in shown):
+                notes.append(f"{name}: {m.name} n/a: {reasons[m.name]}")
+    return notes

@@ -6,6 +6,7 @@ import this module and never each other.
 """
 from __future__ import annotations
 
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +44,13 @@ class S2STSession:
         self.inconclusive: list[tuple[str, list[str]]] = []
         self.regressions: list[str] = []
         self._evidence_root: Path | None = None
+        # xdist (plugin_xdist.py): the worker id on a worker; on the controller, what the workers sent
+        workerinput = getattr(config, "workerinput", None)
+        self.worker: str | None = workerinput.get("workerid") if workerinput else None
+        self._planned_root: str | None = workerinput.get("s2st_evidence_root") if workerinput else None
+        self.remote_results: list[tuple[str, str, dict, str]] = []  # (name, nodeid, measurement dict, verdict)
+        self.original_nodeid: dict[str, str] = {}  # nodeid with xdist's "@group" suffix -> the plain one
+        self.workers = 0                          # xdist workers the controller started
 
     # ------------------------------------------------------------------ settings and cases
 
@@ -67,6 +75,12 @@ class S2STSession:
         if self.ini(setting.ini) not in (None, "", []):
             return f"ini {setting.ini}"
         return f"{setting.flag} (default)"
+
+    def pin_device(self, asked: str) -> str:
+        """On xdist worker gwK, 'cuda'/'npu' become '<kind>:<K mod count>' (distribute.worker_device)."""
+        from .distribute import accelerator_count, worker_device, worker_index
+
+        return worker_device(asked, worker_index(self.worker), accelerator_count)
 
     def check_evidence_dir(self) -> None:
         """An evidence dir that exists but is not a folder is a usage error before any test runs."""
@@ -111,14 +125,27 @@ class S2STSession:
         item.stash[MEASUREMENT_KEY] = measurement  # kept even if a stage crashes half-way
         self.results.append((item, measurement))
 
-    def add_service_level(self, item: pytest.Item, data: dict, baseline: dict | None = None) -> None:
+    def add_service_level(self, item: pytest.Item, data: dict, baseline: dict | None = None,
+                          name: str | None = None) -> None:
+        """One row of the service table (``name``: a merged level's, without its part suffix)."""
         item.stash[SERVICE_KEY] = data
         if baseline is not None:
             self.service_results.append((f"{item.name} (baseline {baseline['case']})", baseline))
-        self.service_results.append((item.name, data))
+        self.service_results.append((name or item.name, data))
+
+    def plan_evidence_root(self) -> str:
+        """The xdist controller names the session's evidence root once and hands it to every worker
+        (pytest_configure_node); the first worker that runs a service level creates it."""
+        if self._planned_root is None:
+            base = Path(self.option("evidence_dir"))
+            if not base.is_absolute():
+                base = self.config.rootpath / base
+            self._planned_root = str(base / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}")
+        return self._planned_root
 
     def evidence_root(self) -> Path:
-        """DIR/<timestamp>-<random>: one folder per session for every service run's evidence."""
+        """DIR/<timestamp>-<random>: one folder per session for every service run's evidence
+        (under xdist: the one the controller planned, shared by every worker)."""
         if self._evidence_root is None:
             base = Path(self.option("evidence_dir"))
             if not base.is_absolute():
@@ -126,7 +153,11 @@ class S2STSession:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             try:
                 base.mkdir(parents=True, exist_ok=True)
-                self._evidence_root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=base))
+                if self._planned_root is not None:
+                    Path(self._planned_root).mkdir(parents=True, exist_ok=True)
+                    self._evidence_root = Path(self._planned_root)
+                else:
+                    self._evidence_root = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=base))
             except OSError as exc:
                 raise S2STError(f"{self.source('evidence_dir')}: {base}: cannot create a run folder there: "
                                 f"{exc.strerror or exc}") from None
@@ -153,14 +184,42 @@ class S2STSession:
 
     # ------------------------------------------------------------------ end of session
 
+    def records(self) -> list[tuple[str, str, dict, str]]:
+        """(test name, nodeid, measurement dict, verdict) of every s2st_benchmark call: this process's
+        and, on an xdist controller, every worker's (sorted by nodeid: workers finish in any order)."""
+        local = []
+        for item, measurement in self.results:
+            verdict = item.stash.get(VERDICT_KEY, None)
+            nodeid = self.original_nodeid.get(item.nodeid, item.nodeid)
+            local.append((item.name, nodeid, measurement.to_dict(), verdict.status if verdict else ""))
+        return local + sorted(self.remote_results, key=lambda r: r[1])
+
     def rows(self) -> list[Any]:
         from .report import rows_from
 
         rows = []
-        for item, measurement in self.results:
-            verdict = item.stash.get(VERDICT_KEY, None)
-            rows += rows_from(item.name, item.nodeid, measurement.to_dict(), verdict.status if verdict else "")
+        for name, nodeid, measurement, status in self.records():
+            rows += rows_from(name, nodeid, measurement, status)
         return rows
+
+    def export(self) -> dict[str, Any]:
+        """What a worker sends the controller (JSON-able): its measurements, service levels, INCONCLUSIVEs."""
+        plain = lambda nodeid: self.original_nodeid.get(nodeid, nodeid)  # noqa: E731
+        return {
+            "worker": self.worker,
+            "results": [list(r) for r in self.records()],
+            "service": [[name, data] for name, data in self.service_results],
+            "inconclusive": [[plain(nodeid), reasons] for nodeid, reasons in self.inconclusive],
+            "evidence_root": str(self._evidence_root) if self._evidence_root else None,
+        }
+
+    def absorb(self, payload: dict[str, Any]) -> None:
+        """The controller's side of export(): one worker's rows join the session's."""
+        self.remote_results += [(str(n), str(i), dict(m), str(v)) for n, i, m, v in payload.get("results", [])]
+        self.service_results += [(str(n), dict(d)) for n, d in payload.get("service", [])]
+        self.inconclusive += [(str(i), [str(r) for r in reasons]) for i, reasons in payload.get("inconclusive", [])]
+        if payload.get("evidence_root"):
+            self._evidence_root = Path(payload["evidence_root"])
 
     def compared(self) -> dict[str, Any]:
         """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
@@ -175,7 +234,7 @@ class S2STSession:
 
     def check_regressions(self) -> list[str]:
         limits = self.option("compare_fail")
-        if not limits or not self.results:
+        if not limits or not (self.results or self.remote_results):
             return []
         from .report import regressions
 
@@ -183,6 +242,8 @@ class S2STSession:
 
     def finish(self, session: pytest.Session) -> None:
         """Plots, regressions and the exit status (pytest_sessionfinish)."""
+        if self.worker:  # the controller does all of it once, over every worker's rows
+            return
         if self.service_results and self.option("plot"):
             from .plot import plot_service
 
@@ -197,7 +258,9 @@ class S2STSession:
 
     def display(self, tr: Any) -> None:
         """The s2st sections of the terminal summary."""
-        if self.results:
+        if self.worker:
+            return
+        if self.results or self.remote_results:
             self._display_inference(tr)
         if self.service_results:
             self._display_service(tr)
@@ -221,6 +284,9 @@ class S2STSession:
             tr.write_line(line)
         for note in missing_notes(rows):
             tr.write_line(f"note: {note}")
+        warning = self.contention_warning()
+        if warning:
+            tr.write_line(f"warning: {warning}", yellow=True)
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
         if lines:
@@ -234,10 +300,21 @@ class S2STSession:
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)
             if missing:
-                tr.write_line(f"s2st: {len(missing)} of {len(self.results)} benchmark(s) have no counterpart in "
+                tr.write_line(f"s2st: {len(missing)} of {len(self.records())} benchmark(s) have no counterpart in "
                               f"the compared run (nothing to compare them with):")
                 for name in missing:
                     tr.write_line(f"    {name}")
+
+    def contention_warning(self) -> str | None:
+        """More xdist workers than physical cores while timing on the cpu: runtimes measure contention."""
+        import psutil
+
+        cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+        on_cpu = sum(1 for _, _, m, _ in self.records() if (m.get("device") or {}).get("name") == "cpu")
+        if self.workers <= cores or not on_cpu:
+            return None
+        return (f"{self.workers} xdist workers on {cores} physical core(s) timed {on_cpu} cpu benchmark(s): "
+                f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")
 
     def _display_service(self, tr: Any) -> None:
         from .report import render_service_table

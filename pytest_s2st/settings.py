@@ -74,6 +74,38 @@ def text(value: Any) -> str:
     return out
 
 
+def extra_body(value: Any) -> dict:
+    """A JSON object (text, or a mapping from the config), merged into every openai-protocol request."""
+    from .service.openai_api import parse_extra_body
+
+    return parse_extra_body(value)
+
+
+def sample_rate(value: Any) -> int:
+    from .service.openai_api import MAX_RATE
+
+    out = positive_int(value)
+    if out > MAX_RATE:
+        raise ValueError(f"must be a sample rate in Hz, 1-{MAX_RATE}, got {value!r}")
+    return out
+
+
+def request_rate(value: Any) -> float | str:
+    """Requests per second > 0, or the string "inf" (JSON has no infinity)."""
+    from .service.arrivals import parse_rate
+
+    out = parse_rate(value)
+    return "inf" if out == float("inf") else out
+
+
+def burstiness(value: Any) -> float | str:
+    """A gamma shape > 0, or the string "inf" (evenly spaced arrivals)."""
+    from .service.arrivals import parse_burstiness
+
+    out = parse_burstiness(value)
+    return "inf" if out == float("inf") else out
+
+
 def endpoint(value: Any) -> str:
     """A speech endpoint in its one spelling (a base URL gets the protocol's default path)."""
     from .errors import S2STError
@@ -83,6 +115,22 @@ def endpoint(value: Any) -> str:
         return normalize_endpoint(text(value))
     except S2STError as exc:
         raise ValueError(str(exc)) from None
+
+
+def device_name(value: Any) -> str:
+    """auto | cpu | cuda | npu, or cuda:N / npu:N (one device of several)."""
+    out = str(value).strip().lower()
+    kind, sep, index = out.partition(":")
+    if kind in ("auto", "cpu", "cuda", "npu") and (not sep or kind in ("cuda", "npu") and index.isdigit()):
+        return out
+    raise ValueError(f"must be one of auto, cpu, cuda, npu (cuda and npu may take :N), got {value!r}")
+
+
+def shard_spec(value: Any) -> tuple[int, int]:
+    """'2/3' -> (2, 3): shard 2 of 3 (see distribute.shard_partition)."""
+    from .distribute import parse_shard
+
+    return parse_shard(value)
 
 
 def boolean(value: Any) -> bool:
@@ -167,10 +215,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataset_size", positive_int, None, "use only the first N samples", metavar="N"),
     Setting("repeat", positive_int, 1, "timed runs per sample (runtime is their mean)", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
-    Setting("device", choice("auto", "cpu", "cuda", "npu"), "cpu", "device to run on: auto, cpu, cuda or npu"),
+    Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
     Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
     Setting("flops", choice("torch", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level), papi (hardware counters), off"),
+    Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
+    Setting("min_rounds", positive_int, None, "timed rounds at least: the dataset is cycled until N rounds ran (default: samples x repeat)", metavar="N"),
+    Setting("target_precision", positive_float, None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),
+    Setting("max_time", positive_float, 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
+    Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
     Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
     Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
@@ -181,10 +234,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
     Setting("max_audio_s", positive_float, 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
     Setting("request_timeout", positive_float, 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
+    Setting("protocol", choice("s2st", "openai"), "s2st", "the speech server's protocol: s2st (this project's SSE events) or openai (OpenAI's POST /v1/audio/speech, as vLLM-Omni serves it: raw PCM, SSE speech.audio.delta events or WAV)"),
+    Setting("extra_body", extra_body, None, "protocol openai: a JSON object merged into every request body (as vllm bench serve --extra-body), e.g. '{\"model\": \"m\", \"task_type\": \"CustomVoice\"}'", metavar="JSON"),
+    Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do not name theirs", metavar="HZ"),
+    Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop); the concurrency cap still applies", metavar="R"),
+    Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 burstier; inf = evenly spaced)", metavar="B"),
     Setting("evidence_dir", text, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
     Setting("baseline", text, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),
     Setting("quality", text, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
     Setting("plot", text, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
+    Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
+    Setting("level_parts_wait", positive_float, 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
+    Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge)", per_case=False, metavar="I/N"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

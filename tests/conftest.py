@@ -28,3 +28,33 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# `make test` runs the suite on every core (pytest-xdist) and then, alone, the tests that bound a
+# duration or a rate (a hang limit, a timeout, an arrival rate, a precision reached in time): on
+# oversubscribed cores those would measure the contention, not the code.
+SERIAL_MODULES = {
+    "test_fuzz_datasets", "test_runner_rounds", "test_service_arrivals", "test_service_bounds",
+    "test_service_client", "test_service_faults", "test_service_openai", "test_service_openai_faults",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: bounds a duration or a rate; `make test` runs it after the "
+                                       "parallel run, on its own (tests/conftest.py SERIAL_MODULES)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    for item in items:  # before -m selects: `-m serial` / `-m "not serial"` see these marks
+        if getattr(item, "module", None) is not None and item.module.__name__.rsplit(".", 1)[-1] in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_inside(monkeypatch):
+    """Under `make test` (-n auto) this process is an xdist worker, and xdist says so in the environment
+    (PYTEST_XDIST_WORKER, ...). The sessions tests start (pytester, in-process or subprocess) are not
+    workers: pytest-benchmark would read the inherited variable and disable itself there."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)

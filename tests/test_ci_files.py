@@ -19,11 +19,38 @@ def test_workflow_validates_against_githubs_schema():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def _jobs() -> dict:
+    return yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]
+
+
+def _runs(job: dict) -> str:
+    return " ".join(s.get("run", "") for s in job["steps"])
+
+
 def test_workflow_runs_tests_and_benchmarks_and_keeps_the_json():
-    steps = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]["cpu"]["steps"]
-    runs = " ".join(s.get("run", "") for s in steps)
-    assert "make test" in runs and "make bench" in runs and "--benchmark-autosave" in runs and "--benchmark-compare" in runs
-    assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in steps)
+    jobs = _jobs()
+    assert "make test" in _runs(jobs["cpu"])
+    bench = _runs(jobs["bench"])
+    assert "make bench" in bench and "--benchmark-compare" in bench and "--s2st-compare-fail" in bench
+    assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in jobs["merge"]["steps"])
+
+
+def test_benchmarks_run_in_two_shards_and_a_merge_job_compares_with_main():
+    jobs = _jobs()
+    bench, merge = jobs["bench"], jobs["merge"]
+    assert bench["strategy"]["matrix"]["shard"] == [1, 2] and bench["strategy"]["fail-fast"] is False
+    assert bench["env"]["SHARD"] == "${{ matrix.shard }}"
+    assert "--s2st-shard=$SHARD/2" in _runs(bench) and "--benchmark-json=shard-$SHARD.json" in _runs(bench)
+    uploads = [s for s in bench["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["path"] == "shard-${{ matrix.shard }}.json"
+    assert merge["needs"] == "bench"
+    download = next(s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact"))
+    assert download["with"]["pattern"] == "bench-shard-*" and download["with"]["merge-multiple"] is True
+    runs = _runs(merge)
+    assert "s2st-merge shards/shard-1.json shards/shard-2.json -o" in runs and "pytest-benchmark compare" in runs
+    # main's run is fetched by both: the shards judge their FLOPs against it, the merge job shows the comparison
+    for job in (bench, merge):
+        assert any(s.get("uses", "").startswith("dawidd6/action-download-artifact") for s in job["steps"])
 
 
 def test_ci_run_is_executable_and_calls_the_readme_test_command():
@@ -54,11 +81,21 @@ def test_workflow_passes_the_security_linter():
 
 
 def test_workflow_uploads_the_hidden_benchmark_folder_and_installs_cpu_torch():
-    steps = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]["cpu"]["steps"]
-    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    jobs = _jobs()
+    upload = next(s for s in jobs["merge"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
     # upload-artifact v4 leaves dot-folders out unless asked: .benchmarks would upload nothing
     assert upload["with"]["path"] == ".benchmarks" and upload["with"]["include-hidden-files"] is True
+    assert upload["with"]["name"] == "benchmarks"  # what the next run's download-artifact asks for
+    steps = [s for job in jobs.values() for s in job["steps"]]
     for step in steps:
         if "make test" in step.get("run", "") or "make bench" in step.get("run", ""):
             assert "TORCH_INDEX=https://download.pytorch.org/whl/cpu" in step["run"], step["run"]
     assert all("@" in s["uses"] and len(s["uses"].split("@")[1].split()[0]) == 40 for s in steps if "uses" in s)
+
+
+def test_make_test_runs_parallel_then_the_serial_tests_alone():
+    out = subprocess.run(["make", "-n", "test", "PYTEST_ARGS=-q"], capture_output=True, text=True, cwd=ROOT)
+    lines = [line for line in out.stdout.splitlines() if "-m pytest tests" in line]
+    assert out.returncode == 0 and len(lines) == 2, out.stdout + out.stderr
+    assert "-n auto" in lines[0] and '-m "not serial"' in lines[0] and "-q" in lines[0]
+    assert "-m serial" in lines[1] and "-n " not in lines[1] and "-q" in lines[1]

@@ -28,6 +28,11 @@ VALUES = {
     "threads": ("2", 2),
     "memory": ("off", "off"),
     "flops": ("off", "off"),
+    "tensor_memory": ("off", "off"),
+    "instructions": ("callgrind", "callgrind"),
+    "min_rounds": ("4", 4),
+    "target_precision": ("0.5", 0.5),
+    "max_time": ("2.5", 2.5),
     "dump_dir": ("dumps", "dumps"),
     "compare_fail": ("flops:1%", ["flops:1%"]),
     "strict": ("true", True),
@@ -37,10 +42,18 @@ VALUES = {
     "requests": ("5", 5),
     "max_audio_s": ("7.5", 7.5),
     "request_timeout": ("2.5", 2.5),
+    "protocol": ("openai", "openai"),
+    "extra_body": ('{"stream": false}', {"stream": False}),
+    "sample_rate": ("16000", 16000),
+    "request_rate": ("2.5", 2.5),
+    "burstiness": ("0.5", 0.5),
     "evidence_dir": ("ev", "ev"),
     "baseline": ("base", "base"),
     "quality": ("scores.json", "scores.json"),
     "plot": ("plots", "plots"),
+    "shard": ("1/1", [1, 1]),  # one shard of one: keeps every case
+    "level_parts": ("2", 2),
+    "level_parts_wait": ("7.5", 7.5),
 }
 PATHS = {"dataset_path", "dump_dir", "workload"}
 

@@ -391,3 +391,21 @@ def test_compare_matches_however_the_config_path_was_spelled(pytester, tmp_path,
     second.stdout.fnmatch_lines(["*s2st regressions (--s2st-compare-fail)*",
                                  "*test_inference?callable-mm?: flops regressed +100.00%*"])
     assert "no counterpart" not in second.stdout.str()
+
+
+def test_compare_fail_on_a_metric_one_run_did_not_measure_fails_and_says_why(pytester):
+    """A limit on a metric missing from either side checked nothing: a failure naming the side and the
+    reason, as an unmatched row is (not a silent pass)."""
+    cfg = write_case(pytester.path, "lin", ["build_linear"])
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    first = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-autosave", "--s2st-flops=off")
+    first.assert_outcomes(passed=1)
+    gated = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-compare", "--s2st-compare-fail=flops:1%")
+    assert gated.ret == 1
+    gated.stdout.fnmatch_lines(["*s2st regressions (--s2st-compare-fail)*",
+                                "*test_inference?callable-lin?: flops not measured in the compared run "
+                                "(compared: *disabled*), so limit flops:1% was not checked*"])
+    both = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--benchmark-compare", "--s2st-flops=off",
+                              "--s2st-compare-fail=flops:1%")
+    assert both.ret == 1
+    both.stdout.fnmatch_lines(["*flops not measured in the compared and current run*"])

@@ -1,0 +1,54 @@
+"""s2st-merge A.json B.json ... -o MERGED.json: join the runs that shards saved into one.
+
+Each input is a pytest-benchmark JSON (``--benchmark-json`` or ``--benchmark-save``/``-autosave``)
+of one ``--s2st-shard i/n`` job. The output is again one pytest-benchmark run, so
+``pytest-benchmark compare`` reads it, and, placed in the storage folder
+(``.benchmarks/<machine id>/NNNN_name.json``), ``pytest --benchmark-compare`` and
+``--s2st-compare-fail`` compare with it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import S2STError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="s2st-merge",
+        description="Join the pytest-benchmark JSONs saved by --s2st-shard jobs into one run. Refuses "
+                    "runs of another machine kind, Python, commit or pytest-benchmark version, and a "
+                    "benchmark present in two files.")
+    parser.add_argument("runs", nargs="+", type=Path, help="saved runs (pytest-benchmark JSON), two or more")
+    parser.add_argument("-o", "--output", type=Path, required=True, help="merged JSON to write (parents created)")
+    args = parser.parse_args(argv)
+    from ..distribute import merge_saved_runs
+
+    try:
+        merged = merge_saved_runs(args.runs)
+        if args.output.exists() and args.output.is_dir():
+            raise S2STError(f"-o {args.output}: is a directory")
+        if any(args.output.resolve() == p.resolve() for p in args.runs):
+            raise S2STError(f"-o {args.output}: is one of the inputs")
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".s2st-merge-", dir=args.output.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(merged, fh, indent=4)
+        os.replace(tmp, args.output)
+    except S2STError as exc:
+        print(f"s2st-merge: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"s2st-merge: error: {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"s2st-merge: {len(merged['benchmarks'])} benchmark(s) from {len(args.runs)} run(s) -> {args.output}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Spreading a benchmark session over xdist workers and CI shards (pytest-free).
+
+- ``parse_shard`` / ``shard_partition``: ``--s2st-shard i/n`` keeps a deterministic slice of the cases.
+- ``worker_index`` / ``worker_device``: xdist worker ``gwK`` pins accelerator ``K mod count``.
+- ``merge_saved_runs``: joins the pytest-benchmark JSONs that shards saved into one file.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from .errors import S2STError
+
+T = TypeVar("T")
+
+_SHARD_RE = re.compile(r"^\s*(\d{1,6})\s*/\s*(\d{1,6})\s*$")
+
+
+def parse_shard(value: Any) -> tuple[int, int]:
+    """'2/3' -> (2, 3): shard 2 of 3, 1-based (ValueError names the expected form)."""
+    match = _SHARD_RE.match(str(value))
+    if not match:
+        raise ValueError(f"must be I/N with 1 <= I <= N (e.g. 1/2), got {value!r}")
+    index, count = int(match[1]), int(match[2])
+    if not 1 <= index <= count:
+        raise ValueError(f"must be I/N with 1 <= I <= N (e.g. 1/2), got {value!r}")
+    return index, count
+
+
+def shard_partition(items: Sequence[T], key: Callable[[T], str], index: int, count: int) -> tuple[list[T], list[T]]:
+    """(kept, dropped): the distinct keys in sorted order go round-robin to shards 1..count.
+
+    Every shard computes the same sorted key list from the same collection, so the shards are
+    disjoint and together hold every item; tests of one key (one case) always stay together, and
+    the cases are spread evenly (shard sizes differ by at most one key).
+    """
+    keys = sorted({key(item) for item in items})
+    owner = {k: i % count + 1 for i, k in enumerate(keys)}
+    kept = [item for item in items if owner[key(item)] == index]
+    dropped = [item for item in items if owner[key(item)] != index]
+    return kept, dropped
+
+
+def worker_index(worker_id: str | None) -> int | None:
+    """'gw3' -> 3; None (not an xdist worker) or another spelling -> None."""
+    match = re.fullmatch(r"gw(\d+)", worker_id or "")
+    return int(match[1]) if match else None
+
+
+def worker_device(asked: str, index: int | None, count: Callable[[str], int]) -> str:
+    """The device one worker uses: 'cuda'/'npu' without an index -> '<kind>:<index mod count>'.
+
+    Anything else (cpu, auto, an explicit 'cuda:1', not a worker, no device visible) is kept as
+    asked: resolving it later reports a missing device with its usual one line.
+    """
+    if index is None or asked not in ("cuda", "npu"):
+        return asked
+    visible = count(asked)
+    return f"{asked}:{index % visible}" if visible > 0 else asked
+
+
+def accelerator_count(kind: str) -> int:
+    """How many cuda/npu devices torch sees (0 when it cannot tell); imports torch (and torch_npu)."""
+    try:
+        if kind == "npu":
+            from .measure.device import _load_torch_npu
+
+            torch = _load_torch_npu()
+        else:
+            import torch
+        return int(getattr(torch, kind).device_count())
+    except BaseException as exc:  # noqa: BLE001 -- a broken backend is reported when the device is resolved
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return 0
+
+
+# ---------------------------------------------------------------------------------------------- merge
+
+MAX_RUN_BYTES = 256 * 2**20  # one saved run; pytest-benchmark's JSON with raw data stays far below
+# what must agree for rows from different shards to form one comparable run
+MACHINE_KEYS = ("machine", "system", "python_implementation", "python_version")
+COMMIT_KEYS = ("id", "dirty", "project")
+
+
+def load_saved_run(path: str | Path) -> dict[str, Any]:
+    """One pytest-benchmark JSON (--benchmark-json / --benchmark-save): checked, one line on any fault."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_RUN_BYTES:
+            raise S2STError(f"{path}: {size} bytes is over the {MAX_RUN_BYTES} a saved run may have")
+        with path.open("rb") as fh:
+            data = json.loads(fh.read(MAX_RUN_BYTES + 1))
+    except OSError as exc:
+        raise S2STError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise S2STError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise S2STError(f"{path}: not a pytest-benchmark run (top level is {type(data).__name__}, not an object)")
+    for key, kind in (("machine_info", dict), ("commit_info", dict), ("benchmarks", list)):
+        if not isinstance(data.get(key), kind):
+            raise S2STError(f"{path}: not a pytest-benchmark run ({key!r} missing or not a {kind.__name__})")
+    for i, bench in enumerate(data["benchmarks"]):
+        if not isinstance(bench, dict) or not isinstance(bench.get("fullname"), str) \
+                or not isinstance(bench.get("stats"), dict):
+            raise S2STError(f"{path}: benchmarks[{i}] has no fullname/stats (not a pytest-benchmark row)")
+    return data
+
+
+def _differing(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str]) -> list[str]:
+    return [f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def merge_saved_runs(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """One run holding every shard's rows; refuses (S2STError, one line) what cannot form one run:
+    a different machine kind/Python or commit, another pytest-benchmark version, a row in two files."""
+    if len(paths) < 2:
+        raise S2STError("s2st-merge: give two or more saved runs (pytest-benchmark JSON files) to merge")
+    runs = [(Path(p), load_saved_run(p)) for p in paths]
+    first_path, first = runs[0]
+    owner: dict[str, Path] = {}
+    benchmarks: list[dict[str, Any]] = []
+    shards = []
+    for path, run in runs:
+        differ = _differing(first["machine_info"], run["machine_info"], MACHINE_KEYS)
+        if differ:
+            raise S2STError(f"{path}: machine_info differs from {first_path} ({'; '.join(differ)}): "
+                            "rows from different machine kinds are not one run")
+        differ = _differing(first["commit_info"], run["commit_info"], COMMIT_KEYS)
+        if differ:
+            raise S2STError(f"{path}: commit_info differs from {first_path} ({'; '.join(differ)}): "
+                            "shards of one run measure one commit")
+        if run.get("version") != first.get("version"):
+            raise S2STError(f"{path}: saved by pytest-benchmark {run.get('version')!r}, {first_path} by "
+                            f"{first.get('version')!r}")
+        for bench in run["benchmarks"]:
+            name = bench["fullname"]
+            if name in owner:
+                where = "twice in it" if owner[name] == path else f"also in {owner[name]}"
+                raise S2STError(f"{path}: benchmark {name!r} is {where} (do the shards overlap?)")
+            owner[name] = path
+            benchmarks.append(bench)
+        shards.append({"file": path.name, "benchmarks": len(run["benchmarks"]), "datetime": run.get("datetime"),
+                       "node": run["machine_info"].get("node"),
+                       "cpu": (run["machine_info"].get("cpu") or {}).get("brand_raw")})
+    machine_info = dict(first["machine_info"])
+    machine_info["s2st_merged_from"] = shards  # where each shard ran (runners of a matrix may differ)
+    return {
+        "machine_info": machine_info,
+        "commit_info": first["commit_info"],
+        "benchmarks": benchmarks,
+        "datetime": max(str(r.get("datetime") or "") for _, r in runs) or None,
+        "version": first.get("version"),
+    }
