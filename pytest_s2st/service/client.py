@@ -134,6 +134,7 @@ class _Events:
     def __init__(self, limits: Limits) -> None:
         self.limits, self.rate = limits, None  # the rate the bound follows, once the stream names it
         self.limit = limits.at(None)[1]
+        self.done: dict | None = None  # the done event, once read: the rest of the body is drained
         self._pending = bytearray()
         self._data: list[bytes] = []
         self._size = 0
@@ -464,38 +465,29 @@ class _Run:
         events.rate = rate
         _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
         foreign: list[str] = []
-        count, done = 0, None
-        async for piece in conn.body(self.read_timeout_s):
-            t = self.now()
-            if done is not None:
-                continue  # draining
-            for raw in events.feed(piece):
-                count += 1
-                if count > self.limits.events:
-                    raise _Fail(f"response passed {self.limits.events} SSE events "
-                                f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-                try:
-                    kind, value = oa.parse_event(raw)
-                except ValueError as exc:
-                    raise _Fail(str(exc)) from None
-                if kind == "delta":
-                    chunk, named = value
-                    if named is not None and named != rate:
-                        if record["chunks"]:
-                            raise _Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
-                        rate = events.rate = named
-                        _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
-                    record["sample_rate"] = rate
-                    if chunk:
-                        self._audio(record, pcm, chunk, t, rate)
-                elif kind == "done":
-                    record["done_t"] = t
-                    done = value
-                    break
-                elif kind == "error":
-                    raise _Fail(f"server error event: {value}")
-                elif len(foreign) < 3 and value not in foreign:
-                    foreign.append(value)
+        done = None
+        async for t, raw in self._sse_events(conn, events):
+            try:
+                kind, value = oa.parse_event(raw)
+            except ValueError as exc:
+                raise _Fail(str(exc)) from None
+            if kind == "delta":
+                chunk, named = value
+                if named is not None and named != rate:
+                    if record["chunks"]:
+                        raise _Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
+                    rate = events.rate = named
+                    _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
+                record["sample_rate"] = rate
+                if chunk:
+                    self._audio(record, pcm, chunk, t, rate)
+            elif kind == "done":
+                record["done_t"] = t
+                done = events.done = value
+            elif kind == "error":
+                raise _Fail(f"server error event: {value}")
+            elif len(foreign) < 3 and value not in foreign:
+                foreign.append(value)
         if done is None:
             if foreign and not record["chunks"]:
                 raise _Fail(f"expected SSE events of type {oa.DELTA}/{oa.DONE} for protocol openai; got events "
@@ -537,34 +529,42 @@ class _Run:
         the body is read to its end, so that the connection can carry the next request."""
         events = _Events(self.limits)
         conn.max_chunk_bytes = self.limits.at(None)[2]
-        count = 0
         done = None
+        async for t, raw in self._sse_events(conn, events):
+            event = self._parse(raw)
+            kind = event.get("type")
+            if kind == "audio":
+                rate = record["sample_rate"]
+                self._take_audio(event, t, record, pcm)
+                if rate is None:  # the stream named its rate: the bounds follow it
+                    events.rate = record["sample_rate"]
+                    _, events.limit, conn.max_chunk_bytes = self.limits.at(events.rate)
+            elif kind == "done":
+                record["done_t"] = t
+                done = events.done = event
+            elif kind == "error":
+                raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
+            elif foreign is not None and len(foreign) < 3 and str(kind)[:60] not in foreign:
+                foreign.append(str(kind)[:60])  # another protocol's events: named if no audio comes
+        return done
+
+    async def _sse_events(self, conn: http1.Connection, events: "_Events"):
+        """(arrival time, raw event) off the body as it arrives, each piece stamped when read, at most
+        limits.events of them. Once the caller sets ``events.done`` the rest of the body is read to its
+        end unparsed, so that the connection can carry the next request."""
+        count = 0
         async for piece in conn.body(self.read_timeout_s):
             t = self.now()
-            if done is not None:
+            if events.done is not None:
                 continue  # draining
             for raw in events.feed(piece):
                 count += 1
                 if count > self.limits.events:
                     raise _Fail(f"response passed {self.limits.events} SSE events "
                                 f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-                event = self._parse(raw)
-                kind = event.get("type")
-                if kind == "audio":
-                    rate = record["sample_rate"]
-                    self._take_audio(event, t, record, pcm)
-                    if rate is None:  # the stream named its rate: the bounds follow it
-                        events.rate = record["sample_rate"]
-                        _, events.limit, conn.max_chunk_bytes = self.limits.at(events.rate)
-                elif kind == "done":
-                    record["done_t"] = t
-                    done = event
+                yield t, raw
+                if events.done is not None:
                     break
-                elif kind == "error":
-                    raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
-                elif foreign is not None and len(foreign) < 3 and str(kind)[:60] not in foreign:
-                    foreign.append(str(kind)[:60])  # another protocol's events: named if no audio comes
-        return done
 
     @staticmethod
     def _parse(raw: bytes) -> dict:
