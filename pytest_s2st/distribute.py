@@ -19,7 +19,10 @@ _SHARD_RE = re.compile(r"^\s*(\d{1,6})\s*/\s*(\d{1,6})\s*$")
 
 
 def parse_shard(value: Any) -> tuple[int, int]:
-    """'2/3' -> (2, 3): shard 2 of 3, 1-based (ValueError names the expected form)."""
+    """'2/3' -> (2, 3): shard 2 of 3, 1-based (ValueError names the expected form). A parsed
+    [2, 3] (the case JSON's spelling) parses to itself."""
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(type(v) is int for v in value):
+        value = f"{value[0]}/{value[1]}"
     match = _SHARD_RE.match(str(value))
     if not match:
         raise ValueError(f"must be I/N with 1 <= I <= N (e.g. 1/2), got {value!r}")

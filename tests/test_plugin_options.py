@@ -124,3 +124,15 @@ def test_pytest_commands_work_with_the_plugin_loaded(pytester, args):
         out = result.stdout.str()
         assert "speech-model benchmarks (pytest-s2st)" in out and "--s2st-compare-fail=LIMITS" in out
         assert "flops:1%" in out  # a literal % in a help text reaches the screen, not argparse's formatter
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_every_setting_survives_the_case_json_a_server_or_valgrind_child_reads(name):
+    """A resolved case travels as JSON (Case.to_dict -> s2st-serve, the instruction-count child): each
+    parsed value must come back as itself through settings_from_json, whatever its type."""
+    from pytest_s2st.cases import settings_from_json, settings_to_json
+    from pytest_s2st.settings import BY_NAME
+
+    parsed = BY_NAME[name].parse(VALUES[name][0])
+    back = settings_from_json(json.loads(json.dumps(settings_to_json({name: parsed}))))
+    assert back == {name: parsed}
