@@ -55,11 +55,13 @@ def table(header: Sequence[str], body: list[list[str]]) -> list[str]:
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
-    header = ["Name"] + [title for _, title in COLUMNS] + ["methods", "verdict"]
+    # a metric no row has at all was not asked for (e.g. instructions, off by default): no column of n/a
+    columns = [(key, title) for key, title in COLUMNS if any(key in row.metrics for row in rows)] or list(COLUMNS)
+    header = ["Name"] + [title for _, title in columns] + ["methods", "verdict"]
     body = []
     for row in rows:
         cells = [row.name]
-        for key, _ in COLUMNS:
+        for key, _ in columns:
             cells.append(fmt_metric(key, (row.metrics.get(key) or {}).get("value")))
         methods = []
         for key in (m.name for m in INFERENCE_METRICS if m.show_method):

@@ -18,6 +18,17 @@ def test_every_inference_metric_is_a_column_in_table_order():
     assert positions == sorted(positions)
 
 
+def test_a_metric_no_row_has_gets_no_column_but_a_missing_value_keeps_its_n_a():
+    flops = {"value": 1e6, "method": "torch"}
+    header = render_table([Row("x", "x", {"flops": flops})])[0]
+    assert "FLOPs" in header and "instructions" not in header  # off: not asked for
+    missing = {"value": None, "method": "callgrind", "reason": "valgrind not found"}
+    lines = render_table([Row("x", "x", {"flops": flops}), Row("y", "y", {"flops": flops, "instructions": missing})])
+    col = lines[0].index("instructions")  # right-aligned cells end where the title ends
+    end = col + len("instructions")
+    assert [line[end - 3:end] for line in lines[2:]] == ["n/a", "n/a"]
+
+
 def test_cascade_totals_follow_each_metrics_aggregate():
     a = StageResult("a", {m.name: Metric(2.0, "x") for m in metrics.INFERENCE_METRICS})
     b = StageResult("b", {m.name: Metric(5.0, "x") for m in metrics.INFERENCE_METRICS})

@@ -1,0 +1,112 @@
+"""The measurement's own costs and side effects (issue 11), each measured within ONE run: the timed
+rounds after each memory method against --s2st-memory=off, and what the untimed passes cost.
+Kept apart from test_inference.py, the benchmark users run (and the one compared with upstream).
+"""
+
+
+def _demo_pipeline():
+    from pathlib import Path
+
+    from pytest_s2st.datasets import generate_random_dataset
+    from pytest_s2st.pipelines.base import build_pipeline
+
+    pipeline = build_pipeline("callable", [{"entry": "pytest_s2st.demo:build_mlp", "hidden": 256}], device="cpu",
+                              config_path=Path("demo.yaml"))
+    return pipeline, generate_random_dataset(4, feat_dim=80, min_len=50, max_len=120, seed=1)
+
+
+def test_memory_methods_do_not_disturb_timing():
+    """The timed rounds right after each memory method's pass (FLOPs pass off, so nothing lies between them)
+    against --s2st-memory=off, as a user runs them: the callable demo MLP on its 4 samples, 1 repeat, so the
+    runtime is the mean of the 4 rounds that follow the memory pass. 40 interleaved runs per method (the order
+    rotated); the median of the runs' runtimes within 5 % of off's (or, on a loaded machine, the 95 % bootstrap
+    interval over the runs reaching into 0.95-1.05). The forking memory_profiler of before issue 11 gave ~1.5x
+    here: every fork write-protects the process, and the next rounds pay a copy-on-write fault per page."""
+    import statistics
+
+    from pytest_s2st.measure.device import resolve_device
+    from pytest_s2st.runner import RunSettings, measure_pipeline
+    from pytest_s2st.significance import compare_rounds
+
+    pipeline, samples = _demo_pipeline()
+    methods = ("off", "vmhwm", "memory_profiler")
+    runtimes = {m: [] for m in methods}
+    for block in range(40):
+        for method in methods[block % 3:] + methods[:block % 3]:  # rotate the order: no method always goes first
+            settings = RunSettings(device=resolve_device("cpu"), memory=method, flops="off", tensor_memory="off",
+                                   warmup=2)
+            measurement = measure_pipeline(pipeline, samples, settings, case_id="demo")
+            runtimes[method].append(measurement.stages[0].metrics["runtime_s"].value)
+    off = statistics.median(runtimes["off"])
+    ratios = {m: statistics.median(runtimes[m]) / off for m in methods[1:]}
+    changes = {m: compare_rounds(runtimes["off"], runtimes[m]) for m in methods[1:]}
+    print(f"runtime with memory off: {off * 1e6:.1f} us; ratio of medians to off: "
+          + ", ".join(f"{m} {r:.3f} (runs: {changes[m].describe()})" for m, r in ratios.items()))
+    for m, r in ratios.items():
+        assert abs(r - 1) <= 0.05 or (changes[m].low <= 1.05 and changes[m].high >= 0.95), (m, r, changes[m])
+
+
+def test_cost_of_measuring_tiny_s2t_100_samples():
+    """The untimed passes against the timed pass on the tiny S2T model, 100 random samples (s2st-dataset random),
+    1 thread: the FLOPs pass as it was (FlopCounterMode and an op-counting mode) vs the dispatch pass that now gives
+    FLOPs and tensor peak together, and the memory passes. FLOPs equal per sample. Prints the ratios; asserts the
+    dispatch pass costs less than the old FLOPs pass alone and the vmhwm memory pass <= 1.5x the timed pass."""
+    import importlib.util
+    import time
+
+    import pytest
+
+    if importlib.util.find_spec("fairseq") is None:
+        pytest.skip("the tiny S2T model needs the fairseq extra")
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from pytest_s2st.cases import known_model_types
+    from pytest_s2st.config import load_config
+    from pytest_s2st.datasets import generate_random_dataset
+    from pytest_s2st.measure.memory import MemoryProbe
+    from pytest_s2st.measure.tensor_memory import run_probed
+    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    torch.set_num_threads(1)
+    path = next(c for c in default_configs() if c.stem == "S2T")
+    config = load_config(path, known_model_types=known_model_types())
+    pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
+    stage = pipeline.stages[0]
+    inputs = [pipeline.prepare_sample(s) for s in generate_random_dataset(100)]
+    for _ in range(2):
+        stage.forward(inputs[0])
+
+    def clocked(fn):
+        t0 = time.perf_counter()
+        out = [fn(x) for x in inputs]
+        return time.perf_counter() - t0, out
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpCounter(TorchDispatchMode):  # what the FLOPs pass stacked on FlopCounterMode before issue 11
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def flop_counter_mode(x):  # the FLOPs pass before issue 11: FlopCounterMode plus an op-counting mode
+        counter = FlopCounterMode(display=False)
+        with counter, OpCounter():
+            stage.forward(x)
+        return counter.get_total_flops()
+
+    timed, _ = clocked(stage.forward)
+    old_s, old_flops = clocked(flop_counter_mode)
+    new_s, probes = clocked(lambda x: run_probed(stage.forward, (x,), {})[1])
+    timed_again, _ = clocked(stage.forward)
+    vmhwm = MemoryProbe("vmhwm")
+    vmhwm_s, _ = clocked(lambda x: vmhwm.measure(stage.forward, x))
+    sampler = MemoryProbe("memory_profiler")
+    sampler_s, _ = clocked(lambda x: sampler.measure(stage.forward, x))
+    sampler.close()
+    timed = min(timed, timed_again)
+    print(f"timed pass {timed:.2f} s; old FLOPs pass {old_s / timed:.1f}x; dispatch pass (FLOPs + tensor peak) "
+          f"{new_s / timed:.1f}x; memory pass vmhwm {vmhwm_s / timed:.2f}x, memory_profiler {sampler_s / timed:.2f}x")
+    assert [sum(p.by_op.values()) for p in probes] == old_flops
+    assert new_s < old_s
+    assert vmhwm_s <= 1.5 * timed
