@@ -22,28 +22,24 @@ METHOD = ("gamma(shape=burstiness, scale=1/(rate*burstiness)) gaps, cumulated, s
           "(as vllm bench serve's get_request); seeded numpy Generator (PCG64)")
 
 
+def _positive_or_inf(value, expected: str) -> float:
+    try:
+        out = float(str(value).strip().lower())
+    except ValueError:
+        raise ValueError(f"must be {expected}, got {value!r}") from None
+    if math.isnan(out) or out <= 0:
+        raise ValueError(f"must be {expected}, got {value!r}")
+    return out
+
+
 def parse_rate(value) -> float:
     """--s2st-request-rate: requests per second > 0, or inf (closed loop). ValueError otherwise."""
-    text = str(value).strip().lower()
-    try:
-        out = float(text)
-    except ValueError:
-        raise ValueError(f"must be requests per second > 0 or inf, got {value!r}") from None
-    if math.isnan(out) or out <= 0:
-        raise ValueError(f"must be requests per second > 0 or inf, got {value!r}")
-    return out
+    return _positive_or_inf(value, "requests per second > 0 or inf")
 
 
 def parse_burstiness(value) -> float:
     """--s2st-burstiness: the gamma shape, > 0 (1 = Poisson; inf = evenly spaced)."""
-    text = str(value).strip().lower()
-    try:
-        out = float(text)
-    except ValueError:
-        raise ValueError(f"must be a number > 0 (1 = Poisson arrivals), got {value!r}") from None
-    if math.isnan(out) or out <= 0:
-        raise ValueError(f"must be a number > 0 (1 = Poisson arrivals), got {value!r}")
-    return out
+    return _positive_or_inf(value, "a number > 0 (1 = Poisson arrivals)")
 
 
 def schedule(n: int, rate: float, burstiness: float = 1.0, seed: int = DEFAULT_SEED) -> list[float]:
