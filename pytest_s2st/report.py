@@ -17,7 +17,12 @@ def short_method(name: str, metric: Mapping[str, Any]) -> str:
     method = str(metric.get("method", "?"))
     details = metric.get("details") or {}
     if name == "runtime_s" and details.get("precision") is not None:  # achieved precision (runner.relative_precision)
-        method += f" ±{100 * details['precision']:.1f}% ({len(details.get('rounds_s') or ())} rounds)"
+        from .significance import MIN_ROUNDS
+
+        n = len(details.get("rounds_s") or ())
+        # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead
+        method += f" ±{100 * details['precision']:.1f}% ({n} rounds)" if n >= MIN_ROUNDS else \
+            f" ({n} rounds: too few for an interval)"
     return method.removeprefix("timer:").replace("torch.utils.flop_counter", "torch")
 
 

@@ -96,3 +96,13 @@ def test_marker_help_is_generated(pytester):
     result = pytester.runpytest("--markers")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*@pytest.mark.s2st_budget(runtime_s=, *ttfa_s_p99=, *error_rate=, stage=None)*"])
+
+
+def test_the_methods_cell_gives_a_precision_only_from_enough_rounds():
+    from pytest_s2st.report import short_method
+    from pytest_s2st.significance import MIN_ROUNDS
+
+    few = {"method": "timer:time.perf_counter", "details": {"precision": 7.6, "rounds_s": [1.0, 2.0]}}
+    assert short_method("runtime_s", few) == "time.perf_counter (2 rounds: too few for an interval)"
+    enough = {"method": "timer:time.perf_counter", "details": {"precision": 0.018, "rounds_s": [1.0] * MIN_ROUNDS}}
+    assert short_method("runtime_s", enough) == f"time.perf_counter ±1.8% ({MIN_ROUNDS} rounds)"
