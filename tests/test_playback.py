@@ -8,12 +8,12 @@ in this file whose chunks arrive slower than real time (underruns as computed by
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
+import importlib.util
 import json
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -22,8 +22,14 @@ from hypothesis import strategies as st
 
 from pytest_s2st.runs import CONTINUITY_THRESHOLD_S, playback_metrics
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
+from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app
 from pytest_s2st.service.stats import summarize
+
+# the paced streaming server of tools/measure_playback.py (the script measures what these tests check)
+_spec = importlib.util.spec_from_file_location(
+    "measure_playback", Path(__file__).resolve().parent.parent / "tools" / "measure_playback.py")
+_tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_tool)
 
 RATE = 8000  # 16000 bytes per second of int16 mono
 QUARTER = 4000  # bytes: 0.25 s of audio at RATE
@@ -228,32 +234,8 @@ WORKLOAD = [{"id": "a", "text": "hello there, a longer sentence", "language": "E
 PACED_CHUNKS, PACED_SAMPLES, PACED_SLEEP = 4, 800, 0.3  # 0.1 s of audio every 0.3 s
 
 
-async def paced(request):
-    """The project's SSE protocol, streamed slower than real time: 0.1 s of audio, then 0.3 s of sleep."""
-    pcm = (b"\x10\x00" * PACED_SAMPLES)
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    for i in range(PACED_CHUNKS):
-        if i:
-            await asyncio.sleep(PACED_SLEEP)
-        await resp.write(sse_event({"type": "audio", "index": i, "pcm": base64.b64encode(pcm).decode(),
-                                    "sample_rate": RATE}))
-    whole = pcm * PACED_CHUNKS
-    await resp.write(sse_event({"type": "done", "samples": len(whole) // 2, "sample_rate": RATE,
-                                "pcm_sha256": hashlib.sha256(whole).hexdigest()}))
-    await resp.write_eof()
-    return resp
-
-
-async def identity(request):
-    return web.json_response({"code": "paced", "streaming": True})
-
-
 def paced_app() -> web.Application:
-    app = web.Application()
-    app.router.add_post("/v1/audio/speech", paced)
-    app.router.add_get("/identity", identity)
-    return app
+    return _tool.paced_app(PACED_SAMPLES / RATE, PACED_SLEEP, PACED_CHUNKS, rate=RATE)
 
 
 # by hand, for the nominal schedule: deficits at 0.3, 0.6, 0.9 s are 0.2, 0.4, 0.6 s (played 0.3i, received

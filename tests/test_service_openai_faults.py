@@ -20,6 +20,8 @@ from pytest_s2st.service import openai_api as oa
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.server import serve_app, sse_event
 
+from test_service_faults import stall_before_headers, trickle_forever  # protocol-blind: no answer, or keep-alives only
+
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
 PCM = b"\x01\x00\xff\x7f"  # two int16 samples
 DELTA = {"type": oa.DELTA, "audio": base64.b64encode(PCM).decode()}
@@ -111,19 +113,6 @@ async def stall_after_first_chunk(request):
     resp = await _raw(request, PCM)
     await asyncio.sleep(3600)
     return resp
-
-
-async def stall_before_headers(request):
-    await asyncio.sleep(3600)
-    return web.Response()
-
-
-async def trickle_forever(request):
-    """Never silent long enough for the read timeout: only the whole-request timeout can end it."""
-    resp = await _sse(request)
-    while True:
-        await resp.write(b": keep-alive\n")
-        await asyncio.sleep(0.05)
 
 
 async def endless_pcm(request):  # audio past max_audio_s, never ending

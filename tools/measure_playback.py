@@ -27,8 +27,10 @@ WORKLOAD = [{"id": f"w{i}", "text": "a sentence of moderate length for the tone 
              "voice": "Ryan", "seed": i} for i in range(8)]
 
 
-def paced_app(chunk_s: float, sleep_s: float, chunks: int) -> web.Application:
-    samples = int(round(chunk_s * RATE))
+def paced_app(chunk_s: float, sleep_s: float, chunks: int, rate: int = RATE) -> web.Application:
+    """The project's SSE protocol streamed slower than real time: chunk_s of audio, then sleep_s of sleep
+    (tests/test_playback.py serves this too, against its hand-computed timeline)."""
+    samples = int(round(chunk_s * rate))
     pcm = b"\x10\x00" * samples
 
     async def speech(request):
@@ -38,9 +40,9 @@ def paced_app(chunk_s: float, sleep_s: float, chunks: int) -> web.Application:
             if i:
                 await asyncio.sleep(sleep_s)
             await resp.write(sse_event({"type": "audio", "index": i, "pcm": base64.b64encode(pcm).decode(),
-                                        "sample_rate": RATE}))
+                                        "sample_rate": rate}))
         whole = pcm * chunks
-        await resp.write(sse_event({"type": "done", "samples": len(whole) // 2, "sample_rate": RATE,
+        await resp.write(sse_event({"type": "done", "samples": len(whole) // 2, "sample_rate": rate,
                                     "pcm_sha256": hashlib.sha256(whole).hexdigest()}))
         await resp.write_eof()
         return resp
