@@ -225,10 +225,14 @@ def relative_precision(values: Sequence[float]) -> float | None:
     if n < 2:
         return None
     mean = sum(values) / n
-    if mean <= 0:
+    return _relative_half_width(n, mean, sum((v - mean) ** 2 for v in values))
+
+
+def _relative_half_width(n: int, mean: float, sum_sq: float) -> float | None:
+    """t(0.975, n-1) * sqrt(sample variance / n) / mean, from n, the mean and the sum of squared deviations."""
+    if n < 2 or mean <= 0:
         return None
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return t975(n - 1) * (var / n) ** 0.5 / mean
+    return t975(n - 1) * (max(sum_sq, 0.0) / (n - 1) / n) ** 0.5 / mean
 
 
 class RoundPolicy:
@@ -253,9 +257,7 @@ class RoundPolicy:
             delta = value - self._mean
             self._mean += delta / self._n
             self._m2 += delta * (value - self._mean)
-        if self._n < 2 or self._mean <= 0:
-            return None
-        return t975(self._n - 1) * (max(self._m2, 0.0) / (self._n - 1) / self._n) ** 0.5 / self._mean
+        return _relative_half_width(self._n, self._mean, self._m2)
 
     @property
     def adaptive(self) -> bool:
