@@ -176,8 +176,8 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
     import time
 
     from .service.bench import level_bound_s, run_level
-    from .service.parts import (METHOD, mark, merge_parts, part_concurrency, part_id, rotate, wait_for,
-                                write_merged)
+    from .service.parts import (METHOD, mark, merge_parts, part_concurrency, part_id, release_at, rotate,
+                                sleep_until, wait_for, write_merged)
     from .session import SERVICE_KEY
 
     state = session_of(request.config)
@@ -217,6 +217,7 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
             leader = ready[1]
             if leader["endpoint"] != service.endpoint:  # every part loads the same server: part 1's
                 service = Service(leader["endpoint"], leader.get("identity"))
+            sleep_until(release_at(ready))
         result, data = run_level(service, rotate(workload, index, count), sub, level / pid, part_settings, targets,
                                  None, timed)
         data.update(case=case_id, level_part=pid, level_concurrency=concurrency)

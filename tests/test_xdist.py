@@ -25,10 +25,13 @@ LIN_FLOPS = 2 * 20 * 80 * 32   # Linear(80 -> 32) on (20, 80), per sample
 TWO_FLOPS = LIN_FLOPS + 2 * 20 * 32 * 8
 
 TONE_PY = '''
+import time
+
 import numpy as np
 
-def build_tone(sample_rate=16000):
+def build_tone(sample_rate=16000, delay_s=0.0):
     def forward(sample):
+        time.sleep(delay_s)
         n = int(sample_rate * (0.2 + 0.02 * len(sample["text"])))
         return {"waveform": (0.3 * np.sin(np.arange(n) / 10)).astype(np.float32), "sample_rate": sample_rate}
     return forward

@@ -31,8 +31,10 @@ def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
 '''
 
 
-def _run(pytester, *args):
+def _run(pytester, *args, delay_s: float = 0.0):
     cfg = tone_case(pytester.path)
+    if delay_s:  # each request takes at least this long: a part lasts longer than any start skew
+        cfg.write_text(cfg.read_text() + f"  delay_s: {delay_s}\n")
     pytester.makepyfile(test_bench=SERVICE)
     result = pytester.runpytest_subprocess(*FAST, f"--s2st-config={cfg}", "--s2st-concurrency=4", "--s2st-level-parts=2",
                                            "--benchmark-json=out.json", "--s2st-evidence-dir=ev", "-v", *args)
@@ -51,8 +53,8 @@ def _abs_sends(part_dir: Path) -> list[tuple[float, float]]:
 
 
 def test_two_workers_drive_one_level_merged_exactly(pytester):
-    # 24 measured requests per part: each part lasts far longer than the rendezvous' release jitter
-    result, out = _run(pytester, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "--s2st-requests=24")
+    # 24 measured requests of >= 20 ms per part at c2: each part lasts >= 240 ms, far longer than the start skew
+    result, out = _run(pytester, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "--s2st-requests=24", delay_s=0.02)
     assert result.parseoutcomes() == {"passed": 2}, out
     section = out.split("s2st: service (TTFA, RTF, latency per concurrency level)")[1].split("evidence (")[0]
     table = [line for line in section.splitlines() if line.startswith("test_service[")]
@@ -77,7 +79,7 @@ def test_two_workers_drive_one_level_merged_exactly(pytester):
     # started together: the parts' measured requests overlap in wall-clock time
     one, two = _abs_sends(level_dir / "p1of2"), _abs_sends(level_dir / "p2of2")
     assert min(s for s, _ in two) < max(d for _, d in one) and min(s for s, _ in one) < max(d for _, d in two)
-    assert level["start_spread_s"] < 1.0
+    assert level["start_spread_s"] < 0.5  # released at one wall-clock instant, not on each part's next poll
     # the merged wall spans the first part's start to the last part's end
     assert level["summary"]["wall_s"] >= max(p["wall_s"] for p in level["parts"]) - 1e-5  # time.time() rounding
     assert level["summary"]["wall_s"] == pytest.approx(max(p["measured_end_s"] for p in level["parts"]))
@@ -169,6 +171,20 @@ def test_the_rendezvous_waits_until_all_arrive_and_is_bounded(tmp_path):
     mark(tmp_path, 2, 2, "ready", {})
     found, missing = wait_for(tmp_path, 2, "ready", 5.0)
     assert missing == [] and set(found) == {1, 2}
+
+
+def test_the_parts_are_released_at_one_instant_after_the_last_arrival():
+    from pytest_s2st.service.parts import RELEASE_MARGIN_S, release_at, sleep_until
+    at = release_at({1: {"wall": 100.0}, 2: {"wall": 100.5}})
+    assert at == 100.5 + RELEASE_MARGIN_S
+    for bad in ({}, {1: {"wall": 1.0}, 2: {}}, {1: {"wall": "x"}}, {1: {"wall": float("nan")}}):
+        with pytest.raises(S2STError, match="ready mark"):
+            release_at(bad)
+    now = [100.6]
+    late = sleep_until(at, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert now[0] == pytest.approx(at) and late == pytest.approx(0.0)
+    now = [at + 0.3]  # a part that arrives after the instant goes at once and says how late it is
+    assert sleep_until(at, clock=lambda: now[0], sleep=lambda s: pytest.fail("slept")) == pytest.approx(0.3)
 
 
 def _part_dir(root: Path, pid: str, started_wall: float, sends: list[float]) -> Path:

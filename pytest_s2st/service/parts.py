@@ -30,11 +30,15 @@ from ..errors import S2STError
 
 BARRIER_DIR = "parts"
 POLL_S = 0.01
+# Every part starts its load at the same wall-clock instant: the last "ready" mark + this margin. Leaving the
+# barrier on each part's own next poll instead scattered the starts by the scheduler's delay on a loaded
+# machine (28 ms seen in CI: longer than a whole part of 24 tiny requests).
+RELEASE_MARGIN_S = 0.25
 MAX_PART_FILE = 4 * 1024 * 1024  # a .ready/.done file is ours, but still read bounded
 _PART = re.compile(r"^p([1-9][0-9]*)of([1-9][0-9]*)$")
 _TIME_KEYS = ("due_t", "start_t", "send_t", "first_audio_t", "done_t")
 METHOD = ("N parts of concurrency c/N on N client processes (xdist workers), released together by a file "
-          "rendezvous; percentiles over the union of the parts' measured records (not averaged); wall = earliest "
+          f"rendezvous at one wall-clock instant (last part ready + {RELEASE_MARGIN_S:g} s); percentiles over the union of the parts' measured records (not averaged); wall = earliest "
           "measured-phase start -> latest measured-phase end across parts, on the wall clock (time.time) each part "
           "saved beside its perf_counter origin")
 
@@ -110,6 +114,21 @@ def wait_for(level_dir: Path, count: int, stage: str, timeout_s: float,
         sleep(POLL_S)
     found = {k: _read_json(p) for k, p in present.items() if p.exists()}
     return found, missing
+
+
+def release_at(ready: Mapping[int, Mapping[str, Any]]) -> float:
+    """The wall-clock instant (time.time) every part starts at: all parts read the same marks, so all agree."""
+    walls = [data.get("wall") for data in ready.values()]
+    if not walls or not all(isinstance(w, (int, float)) and math.isfinite(w) for w in walls):
+        raise S2STError(f"a part's ready mark has no finite 'wall' time: {walls!r}")
+    return max(walls) + RELEASE_MARGIN_S
+
+
+def sleep_until(wall: float, clock=time.time, sleep=time.sleep) -> float:
+    """Sleep until ``clock() >= wall`` -> how late it woke (s, >= 0); a part that arrives after it goes at once."""
+    while (left := wall - clock()) > 0:
+        sleep(min(left, 0.05))
+    return clock() - wall
 
 
 def _shift(record: dict, prefix: str, offset: float) -> dict:
