@@ -66,6 +66,10 @@ class SideResult:
 def thread_env(threads: int) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env.pop("PYTEST_ADDOPTS", None)  # the outer session's options are not ours to pass on
+    # Python's default: bytecode cached. With PYTHONDONTWRITEBYTECODE=1 (set on some CI images) pytest re-rewrites
+    # the asserts of every module of a pytest11 plugin's distribution on each run (hydra, hypothesis, anyio here:
+    # 1-2 s a session) while upstream's imports use the pyc files pip wrote; a default install pays neither.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -204,7 +208,7 @@ def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, conf
     ours_samples, their_samples = ours_runs[-1].samples, their_runs[-1].samples
     return {
         "method": "perf_counter from subprocess spawn to exit (imports included); rounds alternate "
-                  f"ours/upstream; medians; threads={threads} on both sides",
+                  f"ours/upstream; medians; threads={threads} on both sides; bytecode cache on (Python's default)",
         "configs": [str(c) for c in configs],
         "dataset_size": dataset_size, "repeat": UPSTREAM_REPEAT, "warmup": UPSTREAM_WARMUP, "threads": threads,
         "rounds": len(ours_runs),

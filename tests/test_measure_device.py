@@ -210,6 +210,16 @@ def test_seed_everything_with_torch_is_reproducible_and_deterministic():
         torch.set_num_threads(old_threads)
 
 
+def test_seeding_imports_neither_inductor_nor_dynamo():
+    """torch.use_deterministic_algorithms imports inductor (and dynamo) to set inductor's flag: 1.2 s, and a loaded
+    dynamo sends the dispatch pass down torch's wrapped, slower path. Seeding sets the same global flag without."""
+    code = ("import sys, torch\nfrom pytest_s2st.measure.determinism import seed_everything\nseed_everything(1)\n"
+            "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),"
+            " 'torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False", "False"]
+
+
 def test_set_threads_and_runtime_info_with_torch(monkeypatch):
     import torch
 

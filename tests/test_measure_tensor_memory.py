@@ -93,6 +93,51 @@ def test_one_pass_gives_both_and_the_call_runs_once():
     assert flops is None and tensors.details["peak_bytes"] == 8000
 
 
+def _attention_and_conv(x):
+    """mm, addmm, bmm, conv and SDPA with a list-valued argument (conv's stride): every formula path of the probe."""
+    torch.manual_seed(0)
+    lin, conv = torch.nn.Linear(16, 16), torch.nn.Conv1d(4, 8, 3, stride=2)
+    q = lin(x).view(2, 8, 8)
+    a = torch.bmm(q, q.transpose(1, 2)) @ torch.ones(8, 8)
+    s = torch.nn.functional.scaled_dot_product_attention(q[None], q[None], q[None])
+    return conv(q.transpose(1, 2).reshape(2, 4, 16)).sum() + a.sum() + s.sum()
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference_mode", "autograd"])
+def test_both_handler_paths_count_like_flop_counter_mode(grad):
+    """The unwrapped handler (used while torch._dynamo is not loaded) and torch's dynamo-disabled wrapper around the
+    same handler (used once it is) give FlopCounterMode's counts and the same tensor peak."""
+    from pytest_s2st.measure import tensor_memory as tm
+
+    x = torch.randn(8, 16)
+    with torch.inference_mode(not grad):
+        with FlopCounterMode(display=False) as reference:
+            _attention_and_conv(x)
+        results = []
+        for cls in (tm._probe_class(), tm._fast_class):
+            probe = cls()
+            probe.start(((x,), {}))
+            with probe:
+                _attention_and_conv(x)
+            results.append((dict(probe.by_op), probe.peak))
+    assert results[0] == results[1]
+    assert {str(k): v for k, v in results[0][0].items()} == {
+        str(k): v for k, v in reference.get_flop_counts()["Global"].items()} and reference.get_total_flops() > 0
+
+
+def test_a_fresh_process_takes_the_unwrapped_handler_and_a_compiled_function_still_counts():
+    code = ("import sys, torch\nfrom pytest_s2st.measure.tensor_memory import run_probed\n"
+            "f = lambda x: x @ x\nx = torch.ones(4, 4)\n_, p = run_probed(f, (x,), {})\n"
+            "print(type(p).__name__, sum(p.by_op.values()), 'torch._dynamo' in sys.modules)\n"
+            "g = torch.compile(f, backend='eager')\ng(x)\n_, p = run_probed(g, (x,), {})\n"
+            "print(type(p).__name__, sum(p.by_op.values()))")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["UnwrappedDispatchProbe", "128", "False", "DispatchProbe", "128"]
+
+
 def test_cascade_takes_the_max_of_its_stages():
     a, b = StageResult("a"), StageResult("b")
     a.metrics["tensor_peak_mib"] = Metric(3.0, TENSOR_METHOD)

@@ -24,7 +24,17 @@ def seed_everything(seed: int = 1) -> None:
     # cuBLAS needs this before its first use to be deterministic; harmless on cpu.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.manual_seed(seed)  # seeds cpu and every accelerator
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    # torch.use_deterministic_algorithms also sets torch._inductor.config.deterministic, importing inductor and
+    # dynamo for it (1.2 s here, and a loaded dynamo makes the dispatch pass take torch's slower wrapped path).
+    # The same global flag without that import; inductor's own flag only where inductor is already loaded.
+    set_flag = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_flag is None:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        return
+    set_flag(True, warn_only=True)
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = True
 
 
 def set_threads(n: int) -> int | None:

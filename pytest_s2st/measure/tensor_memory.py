@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import defaultdict
 from typing import Any, Callable
@@ -35,11 +36,12 @@ TORCH_METHOD = "torch.utils.flop_counter"  # the FLOPs' method: that module's fo
 TORCH_NOTE = "analytic count of matmul/conv/SDPA ops only (2*m*n*k per matmul); elementwise ops count 0"
 
 _mode_class: type | None = None
+_fast_class: type | None = None
 
 
 def _probe_class() -> type:
     """The mode class, built on first use so that importing this module imports no torch."""
-    global _mode_class
+    global _mode_class, _fast_class
     import torch.utils.flop_counter  # noqa: F401 -- a sys.modules lookup once imported; raises if torch is gone
 
     if _mode_class is not None:
@@ -47,6 +49,7 @@ def _probe_class() -> type:
     import torch
     from torch._C import DispatchKey
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils import flop_counter
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import flop_registry
 
@@ -62,7 +65,49 @@ def _probe_class() -> type:
     composite = DispatchKey.CompositeImplicitAutograd
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     tensor_type = torch.Tensor
-    decomposable: dict[Any, bool] = {}
+    # id(op) -> (op, skipped, its decomposition, its FLOP formula, whether the formula takes shapes, its packet,
+    # whether its outputs are fresh). Keyed by id: an OpOverload hashes in Python, thrice per op was measurable.
+    plans: dict[int, tuple] = {}
+    counts: dict[Any, int] = {}  # (packet, argument shapes) -> the formula's FLOPs: a formula depends on shapes only
+    shape_wrapper_code = flop_counter.shape_wrapper(lambda: None).__code__
+
+    def _decomposition(func):
+        """What OpOverload.decompose would run for func (its Python or C++ composite kernel), or None."""
+        if func is never_decompose:
+            return None
+        if composite in func.py_kernels:
+            return func.py_kernels[composite]
+        if has_kernel(func.name(), composite):
+            return lambda *args, **kwargs: func._op_dk(composite, *args, **kwargs)
+        return None
+
+    def _formula(func):
+        """flop_registry's formula for func's packet; formulas behind flop_counter.shape_wrapper are unwrapped
+        and given shapes by _shape (the same values the wrapper's tree_map makes, without pytree)."""
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is None:
+            return None
+        if getattr(formula, "__code__", None) is shape_wrapper_code and hasattr(formula, "__wrapped__"):
+            return formula.__wrapped__, True
+        return formula, False
+
+    def _plan(func) -> tuple:
+        formula, takes_shapes = _formula(func) or (None, False)
+        # no return aliases an input (no "Tensor(a)" in the schema): every output is a storage made by the op
+        fresh = all(r.alias_info is None for r in func._schema.returns)
+        return (func, func in skipped, _decomposition(func), formula, takes_shapes, func._overloadpacket, fresh)
+
+    def _shape(x):
+        # flop_counter.get_shape mapped over a pytree: tensors become their shapes, containers keep their type
+        if isinstance(x, tensor_type):
+            return x.shape
+        if type(x) is list:
+            return [_shape(i) for i in x]
+        if type(x) is tuple:
+            return tuple(_shape(i) for i in x)
+        if type(x) is dict:
+            return {k: _shape(v) for k, v in x.items()}
+        return x
 
     def _storage(t):
         """The tensor's storage, or None for tensors without one (sparse, nested, some subclasses)."""
@@ -94,7 +139,7 @@ def _probe_class() -> type:
             self._before: set[int] = set()
             self._refs: dict[int, tuple[Any, int]] = {}  # id(weak ref) -> (the ref, StorageImpl address)
 
-        def _track(self, t, args, kwargs) -> None:
+        def _track(self, t, args, kwargs, fresh: bool) -> None:
             storage = _storage(t)
             if storage is None:
                 self.untracked += 1
@@ -107,7 +152,7 @@ def _probe_class() -> type:
                     return
                 # a view, or an op that hands back its input (in-place ops, lift_fresh): no new storage; it existed
                 # before the call, since every storage made during it was seen when its op returned it
-                if t._is_view() or key in _storages_of(args, kwargs):
+                if not fresh and (t._is_view() or key in _storages_of(args, kwargs)):
                     self._mark_before(storage)
                     return
                 self._seen[key] = nbytes
@@ -147,30 +192,38 @@ def _probe_class() -> type:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func in skipped:
+            plan = plans.get(id(func))
+            if plan is None or plan[0] is not func:
+                plan = plans[id(func)] = _plan(func)
+            _, skip, decompose, formula, takes_shapes, packet, fresh = plan
+            if skip:
                 return NotImplemented
             self.ops += 1
-            can = decomposable.get(func)
-            if can is None:
-                can = func is not never_decompose and (composite in func.py_kernels or has_kernel(func.name(), composite))
-                decomposable[func] = can
-            if can:
+            if decompose is not None:
                 with self:
-                    out = func.decompose(*args, **kwargs)
+                    out = decompose(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
             out = func(*args, **kwargs)
-            if self.flops:
-                formula = flop_registry.get(func._overloadpacket)
-                if formula is not None:
-                    self.by_op[func._overloadpacket] += formula(*args, **kwargs, out_val=out)
+            if formula is not None and self.flops:
+                if takes_shapes:
+                    shapes = (packet, _shape(args), _shape(out), tuple(_shape(kwargs).items()))
+                    try:
+                        n = counts[shapes]
+                    except KeyError:
+                        n = counts[shapes] = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
+                    except TypeError:  # an unhashable argument (a list): no memo
+                        n = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
+                else:
+                    n = formula(*args, **kwargs, out_val=out)
+                self.by_op[packet] += n
             if self.tensors:
                 if isinstance(out, tensor_type):
-                    self._track(out, args, kwargs)
+                    self._track(out, args, kwargs, fresh)
                 elif isinstance(out, (tuple, list)):
                     for o in out:
                         if isinstance(o, tensor_type):
-                            self._track(o, args, kwargs)
+                            self._track(o, args, kwargs, fresh)
             return out
 
         def start(self, args: Any) -> None:
@@ -180,13 +233,26 @@ def _probe_class() -> type:
                     if isinstance(leaf, tensor_type) and (storage := _storage(leaf)) is not None:
                         self._mark_before(storage)
 
+    # TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo: a Python wrapper, a lazy import of
+    # torch._dynamo and an export check on every op (a third of this pass on beam search). The wrapper only
+    # matters while dynamo's frame hook can be set, i.e. once torch._dynamo is imported: until then the
+    # unwrapped handler runs (run_probed picks).
+    class UnwrappedDispatchProbe(DispatchProbe):
+        pass
+
+    raw = DispatchProbe.__dict__["__torch_dispatch__"]
+    UnwrappedDispatchProbe.__torch_dispatch__ = getattr(raw, "__wrapped__", raw)  # set after class creation: stays raw
     _mode_class = DispatchProbe
+    _fast_class = UnwrappedDispatchProbe
     return DispatchProbe
 
 
 def run_probed(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool = True, tensors: bool = True):
     """(result, probe) of one call of fn under a DispatchProbe."""
-    probe = _probe_class()(flops=flops, tensors=tensors)
+    cls = _probe_class()
+    if "torch._dynamo" not in sys.modules:
+        cls = _fast_class
+    probe = cls(flops=flops, tensors=tensors)
     probe.start((args, kwargs))
     with probe:
         result = fn(*args, **kwargs)
