@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections import defaultdict
@@ -63,6 +64,7 @@ def _probe_class() -> type:
                torch.ops.prim.layout.default}
     never_decompose = torch.ops.prim.device.default
     composite = DispatchKey.CompositeImplicitAutograd
+    push, pop = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     tensor_type = torch.Tensor
     # id(op) -> (op, skipped, its decomposition, its FLOP formula, whether the formula takes shapes, its packet,
@@ -78,7 +80,7 @@ def _probe_class() -> type:
         if composite in func.py_kernels:
             return func.py_kernels[composite]
         if has_kernel(func.name(), composite):
-            return lambda *args, **kwargs: func._op_dk(composite, *args, **kwargs)
+            return functools.partial(func._op_dk, composite)  # C-level: no Python frame per call
         return None
 
     def _formula(func):
@@ -200,8 +202,13 @@ def _probe_class() -> type:
                 return NotImplemented
             self.ops += 1
             if decompose is not None:
-                with self:
+                # back on the stack while the parts run, as `with self:` does (its flag bookkeeping is already set
+                # by the outer `with probe:`, so the stack push alone is the same)
+                push(self)
+                try:
                     out = decompose(*args, **kwargs)
+                finally:
+                    pop(None)
                 if out is not NotImplemented:
                     return out
             out = func(*args, **kwargs)
