@@ -159,9 +159,13 @@ class MemoryProbe:
 _SAMPLER_CODE = r"""
 import os, select, sys
 pid, interval = int(sys.argv[1]), float(sys.argv[2])
-from memory_profiler import _get_memory
+import memory_profiler  # noqa: F401  -- the method's dependency, checked where it is chosen
+import psutil
+# memory_profiler's psutil reader (memory_info()[0] / 2**20) on one Process object: its _get_memory builds a new
+# one per poll, which reads /proc/<pid>/stat again every millisecond
+process = psutil.Process(pid)
 def rss():
-    return _get_memory(pid, "psutil")
+    return process.memory_info()[0] / 1048576
 while True:
     line = sys.stdin.readline()
     if not line:
