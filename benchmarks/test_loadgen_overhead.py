@@ -317,7 +317,7 @@ def _report(title: str, res: dict) -> None:
           f"minus bare aiohttp p99: {ms(res['loadgen_p99_over_bare_aiohttp_s'])} ms")
 
 
-def test_loadgen_ttfa_overhead_c64(benchmark, tmp_path):
+def test_loadgen_ttfa_overhead_c64(benchmark, tmp_path, timing_target):
     res: dict = {}
     benchmark.pedantic(lambda: res.update(_compare(tmp_path, hold_s=0.5, requests=320, rounds=3)),
                        rounds=1, iterations=1)
@@ -335,10 +335,12 @@ def test_loadgen_ttfa_overhead_c64(benchmark, tmp_path):
     assert all(res[name]["errors"] == 0 for name in CLIENTS), [res[name]["first_errors"] for name in CLIENTS]
     # Regression guard that survives a shared, noisy machine: the median stays within a few raw-client
     # medians (blocking file IO on the event loop, for one, multiplies it several-fold).
-    assert loadgen["p50"] <= 6 * raw["p50"] + 0.001, (loadgen, raw)
+    timing_target(loadgen["p50"] <= 6 * raw["p50"] + 0.001,
+                  f"TTFA overhead p50 {loadgen['p50'] * 1e3:.3f} ms > 6x raw {raw['p50'] * 1e3:.3f} ms + 1 ms")
     # and the tail: requests stamped long before they left (a 64-wide start built in one loop tick on
     # Python < 3.12) put p99 at 9-19 ms here against a raw p99 of 3-7; now 2-4 ms against 1.3-1.7
-    assert loadgen["p99"] <= 4 * raw["p99"] + 0.002, (loadgen, raw)
+    timing_target(loadgen["p99"] <= 4 * raw["p99"] + 0.002,
+                  f"TTFA overhead p99 {loadgen['p99'] * 1e3:.3f} ms > 4x raw {raw['p99'] * 1e3:.3f} ms + 2 ms")
     if os.environ.get("S2ST_LOADGEN_ENFORCE_TARGET") == "1":  # on a quiet machine
         assert res["target_met"], f"load generator TTFA overhead p99 {loadgen['p99'] * 1e3:.3f} ms > 1 ms"
 
@@ -436,7 +438,7 @@ async def _sdk_ttfa(base: str, workload: list[dict], concurrency: int, requests:
     return out, hooked
 
 
-def test_ttfa_agrees_with_the_openai_sdk(benchmark, tmp_path):
+def test_ttfa_agrees_with_the_openai_sdk(benchmark, tmp_path, timing_target):
     """TTFA p50 of run_load (protocol openai) vs a plain timed loop of the official openai SDK on the same
     reference server (s2st-serve --demo-tone, 20 ms of model time) and the shipped workload, at c=1 and
     c=8, alternated round by round. The issue's bar: agree within 2 ms at c=1."""
@@ -486,7 +488,8 @@ def test_ttfa_agrees_with_the_openai_sdk(benchmark, tmp_path):
                      "rounds, the two clients alternated")
     benchmark.extra_info.update(res)
     # the SDK's own request building (httpx) is inside its number: it can only read later, never much earlier
-    assert res["c1"]["p50_difference_s"] > -0.002, res["c1"]
+    timing_target(res["c1"]["p50_difference_s"] > -0.002,
+                  f"our TTFA p50 reads {-res['c1']['p50_difference_s'] * 1e3:.3f} ms later than the SDK's")
     if os.environ.get("S2ST_LOADGEN_ENFORCE_TARGET") == "1":  # on a quiet machine
         assert res["c1_within_2ms"], res["c1"]
 

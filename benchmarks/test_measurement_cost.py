@@ -15,7 +15,7 @@ def _demo_pipeline():
     return pipeline, generate_random_dataset(4, feat_dim=80, min_len=50, max_len=120, seed=1)
 
 
-def test_memory_methods_do_not_disturb_timing():
+def test_memory_methods_do_not_disturb_timing(timing_target):
     """The timed rounds right after each memory method's pass (FLOPs pass off, so nothing lies between them)
     against --s2st-memory=off, as a user runs them: the callable demo MLP on its 4 samples, 1 repeat, so the
     runtime is the mean of the 4 rounds that follow the memory pass. 40 interleaved runs per method (the order
@@ -43,10 +43,11 @@ def test_memory_methods_do_not_disturb_timing():
     print(f"runtime with memory off: {off * 1e6:.1f} us; ratio of medians to off: "
           + ", ".join(f"{m} {r:.3f} (runs: {changes[m].describe()})" for m, r in ratios.items()))
     for m, r in ratios.items():
-        assert abs(r - 1) <= 0.05 or (changes[m].low <= 1.05 and changes[m].high >= 0.95), (m, r, changes[m])
+        timing_target(abs(r - 1) <= 0.05 or (changes[m].low <= 1.05 and changes[m].high >= 0.95),
+                      f"{m}: runtime {r:.3f}x off's ({changes[m].describe()})")
 
 
-def test_cost_of_measuring_tiny_s2t_100_samples():
+def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     """The untimed passes against the timed pass on the tiny S2T model, 100 random samples (s2st-dataset random),
     1 thread: the FLOPs pass as it was (FlopCounterMode and an op-counting mode) vs the dispatch pass that now gives
     FLOPs and tensor peak together, and the memory passes. FLOPs equal per sample. Also the floor of any exact
@@ -149,6 +150,8 @@ def test_cost_of_measuring_tiny_s2t_100_samples():
           f"{new_s / timed:.1f}x; bare decomposing mode (floor) {floor_s / timed:.1f}x; memory pass vmhwm "
           f"{vmhwm_s / timed:.2f}x, memory_profiler {sampler_s / sampler_timed:.2f}x")
     assert [sum(p.by_op.values()) for p in results["new"]] == results["old"]
-    assert new_s < old_s
-    assert new_s <= 1.5 * floor_s
-    assert vmhwm_s <= 1.5 * timed and sampler_s <= 1.5 * sampler_timed
+    timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
+    timing_target(new_s <= 1.5 * floor_s, f"dispatch pass {new_s:.2f} s > 1.5x the bare decomposing mode's {floor_s:.2f} s")
+    timing_target(vmhwm_s <= 1.5 * timed, f"vmhwm pass {vmhwm_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
+    timing_target(sampler_s <= 1.5 * sampler_timed,
+                  f"memory_profiler pass {sampler_s:.2f} s > 1.5x the timed pass {sampler_timed:.2f} s")

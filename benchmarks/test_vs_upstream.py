@@ -24,7 +24,7 @@ THREADS = 1
 TESTS = Path(__file__).with_name("test_inference.py")
 
 
-def test_session_vs_upstream(benchmark):
+def test_session_vs_upstream(benchmark, timing_target):
     from pytest_s2st.tiny.fairseq_tiny import default_configs  # cheap when the staging is cached
 
     configs = default_configs()
@@ -43,6 +43,6 @@ def test_session_vs_upstream(benchmark):
     assert result["samples"]["equal"], result["samples"]
     unequal = {kind: v["differences"] for kind, v in result["flops"].items() if not v["equal"]}
     assert not unequal, f"FLOPs differ from upstream's: {unequal}"
-    assert result["ratio"] <= TARGET_RATIO, (
+    timing_target(result["ratio"] <= TARGET_RATIO, (
         f"our session {result['ours_wall_s']:.1f} s is {result['ratio']:.2f}x upstream's "
-        f"{result['upstream_wall_s']:.1f} s (target <= {TARGET_RATIO}x)")
+        f"{result['upstream_wall_s']:.1f} s (target <= {TARGET_RATIO}x)"))
