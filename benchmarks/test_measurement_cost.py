@@ -82,11 +82,6 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     for _ in range(2):
         stage.forward(inputs[0])
 
-    def clocked(fn):
-        t0 = time.perf_counter()
-        out = [fn(x) for x in inputs]
-        return time.perf_counter() - t0, out
-
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class OpCounter(TorchDispatchMode):  # what the FLOPs pass stacked on FlopCounterMode before issue 11

@@ -154,6 +154,23 @@ def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None 
     return result
 
 
+def assert_every_request_failed(result, out_dir, reason: str) -> None:
+    """Both requests of a faulty route: an error naming the reason, no audio kept, nothing averaged."""
+    assert [r["id"] for r in sorted(result.records, key=lambda r: r["index"])] == ["c1-r0", "c1-r1"]
+    for r in result.records:
+        assert r["status"] == "error" and reason in r["error"], r["error"]
+        assert r["pcm_sha256"] is None and r["audio_seconds"] is None
+        assert not runs.wav_path(out_dir, r["id"]).exists()
+    assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
+
+
+def unused_port() -> int:
+    """A loopback port nobody listens on (bound once, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize(
     "route, reason, kw",
     [
@@ -176,13 +193,7 @@ def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None 
     ],
 )
 def test_fault_is_recorded_and_bounded(tmp_path, route, reason, kw):
-    result = load(tmp_path, route, **kw)
-    assert [r["id"] for r in sorted(result.records, key=lambda r: r["index"])] == ["c1-r0", "c1-r1"]
-    for r in result.records:
-        assert r["status"] == "error" and reason in r["error"], r["error"]
-        assert r["pcm_sha256"] is None and r["audio_seconds"] is None
-        assert not runs.wav_path(tmp_path, r["id"]).exists()
-    assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
+    assert_every_request_failed(load(tmp_path, route, **kw), tmp_path, reason)
 
 
 def test_partial_audio_before_a_fault_keeps_its_chunk_times(tmp_path):
@@ -191,10 +202,7 @@ def test_partial_audio_before_a_fault_keeps_its_chunk_times(tmp_path):
 
 
 def test_connection_refused(tmp_path):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = load(tmp_path, None, endpoint=f"http://127.0.0.1:{port}", requests=3, warmups=1)
+    result = load(tmp_path, None, endpoint=f"http://127.0.0.1:{unused_port()}", requests=3, warmups=1)
     assert len(result.records) == 4
     assert all(r["status"] == "error" and "connection failed" in r["error"] for r in result.records)
     assert result.identity is None and result.identity_error

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,8 @@ from pytest_s2st.service import openai_api as oa
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.server import serve_app, sse_event
 
-from test_service_faults import stall_before_headers, trickle_forever  # protocol-blind: no answer, or keep-alives only
+from test_service_faults import (assert_every_request_failed, stall_before_headers,  # protocol-blind servers
+                                 trickle_forever, unused_port)
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
 PCM = b"\x01\x00\xff\x7f"  # two int16 samples
@@ -209,20 +209,11 @@ def test_ok_raw_pcm_split_sample(tmp_path):
     ("endless_pcm", "response audio passed max_audio_s=0.5 (8000 bytes at 8000 Hz)", {"max_audio_s": 0.5}),
 ])
 def test_fault_is_recorded_and_bounded(tmp_path, route, reason, kw):
-    result = load(tmp_path, route, **kw)
-    assert [r["id"] for r in sorted(result.records, key=lambda r: r["index"])] == ["c1-r0", "c1-r1"]
-    for r in result.records:
-        assert r["status"] == "error" and reason in r["error"], r["error"]
-        assert r["pcm_sha256"] is None and r["audio_seconds"] is None
-        assert not runs.wav_path(tmp_path, r["id"]).exists()
-    assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
+    assert_every_request_failed(load(tmp_path, route, **kw), tmp_path, reason)
 
 
 def test_connection_refused(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = load(tmp_path, None, endpoint=f"http://127.0.0.1:{port}", requests=3, warmups=1, extra_body={})
+    result = load(tmp_path, None, endpoint=f"http://127.0.0.1:{unused_port()}", requests=3, warmups=1, extra_body={})
     assert len(result.records) == 4
     assert all(r["status"] == "error" and "connection failed" in r["error"] for r in result.records)
     level = json.loads((tmp_path / runs.SUMMARY).read_text())["by_concurrency"]["1"]

@@ -177,7 +177,7 @@ def test_the_parts_are_released_at_one_instant_after_the_last_arrival():
     from pytest_s2st.service.parts import RELEASE_MARGIN_S, release_at, sleep_until
     at = release_at({1: {"wall": 100.0}, 2: {"wall": 100.5}})
     assert at == 100.5 + RELEASE_MARGIN_S
-    for bad in ({}, {1: {"wall": 1.0}, 2: {}}, {1: {"wall": "x"}}, {1: {"wall": float("nan")}}):
+    for bad in ({}, {1: {"wall": 1.0}, 2: {}}, {1: {"wall": "x"}}, {1: {"wall": float("nan")}}, {1: {"wall": True}}):
         with pytest.raises(S2STError, match="ready mark"):
             release_at(bad)
     now = [100.6]

@@ -71,6 +71,7 @@ def _probe_class() -> type:
     # whether its outputs are fresh). Keyed by id: an OpOverload hashes in Python, thrice per op was measurable.
     plans: dict[int, tuple] = {}
     counts: dict[Any, int] = {}  # (packet, argument shapes) -> the formula's FLOPs: a formula depends on shapes only
+    max_counts = 100_000  # distinct (op, shapes) kept; past it the memo starts over (a long, shape-varied session)
     shape_wrapper_code = flop_counter.shape_wrapper(lambda: None).__code__
 
     def _decomposition(func):
@@ -218,6 +219,8 @@ def _probe_class() -> type:
                     try:
                         n = counts[shapes]
                     except KeyError:
+                        if len(counts) >= max_counts:
+                            counts.clear()
                         n = counts[shapes] = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
                     except TypeError:  # an unhashable argument (a list): no memo
                         n = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))

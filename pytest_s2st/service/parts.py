@@ -38,9 +38,10 @@ MAX_PART_FILE = 4 * 1024 * 1024  # a .ready/.done file is ours, but still read b
 _PART = re.compile(r"^p([1-9][0-9]*)of([1-9][0-9]*)$")
 _TIME_KEYS = ("due_t", "start_t", "send_t", "first_audio_t", "done_t")
 METHOD = ("N parts of concurrency c/N on N client processes (xdist workers), released together by a file "
-          f"rendezvous at one wall-clock instant (last part ready + {RELEASE_MARGIN_S:g} s); percentiles over the union of the parts' measured records (not averaged); wall = earliest "
-          "measured-phase start -> latest measured-phase end across parts, on the wall clock (time.time) each part "
-          "saved beside its perf_counter origin")
+          f"rendezvous at one wall-clock instant (last part ready + {RELEASE_MARGIN_S:g} s); percentiles over the "
+          "union of the parts' measured records (not averaged); wall = earliest measured-phase start -> latest "
+          "measured-phase end across parts, on the wall clock (time.time) each part saved beside its perf_counter "
+          "origin")
 
 
 def part_id(index: int, count: int) -> str:
@@ -119,7 +120,7 @@ def wait_for(level_dir: Path, count: int, stage: str, timeout_s: float,
 def release_at(ready: Mapping[int, Mapping[str, Any]]) -> float:
     """The wall-clock instant (time.time) every part starts at: all parts read the same marks, so all agree."""
     walls = [data.get("wall") for data in ready.values()]
-    if not walls or not all(isinstance(w, (int, float)) and math.isfinite(w) for w in walls):
+    if not walls or not all(type(w) in (int, float) and math.isfinite(w) for w in walls):  # a bool is no time
         raise S2STError(f"a part's ready mark has no finite 'wall' time: {walls!r}")
     return max(walls) + RELEASE_MARGIN_S
 
