@@ -156,6 +156,17 @@ def _check_target_sr(config: CaseConfig) -> None:
                             f"(an integer > 0), got {value!r}")
 
 
+ENDPOINT_SOURCE = "--s2st-endpoint"
+
+
+def external_case(case_id: str, explicit: Mapping[str, Any], ini: Callable[[str], Any]) -> Case:
+    """The one case of an external endpoint benchmarked without a config (service/bench.external_case_name
+    names it from the server): no stages, settings from flags, ini and defaults."""
+    config = CaseConfig(path=Path(ENDPOINT_SOURCE), case_id=case_id, model_type="external", general={},
+                        stages=[], quality=None, lines={})
+    return Case(config, resolve_settings({}, explicit, ini, lambda key: f"{ENDPOINT_SOURCE} ({key})"))
+
+
 def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callable[[str], Any]) -> Case:
     """One config resolved once: every section, path and setting, checked before any model loads."""
     overrides = {k: explicit[k] for k in ("model_type", "dataset_path") if k in explicit}

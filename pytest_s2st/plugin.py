@@ -142,15 +142,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("s2st_concurrency", levels, ids=[f"c{c}" for c in levels], scope="session")
         _level_parts(metafunc, state, [(None, c) for c in levels])
         return
+    marker = metafunc.definition.get_closest_marker("s2st_models")
+    # --s2st-endpoint without a config: the external server is the service benchmarks' ONE case, named from it
+    external = state.external_case() if "s2st_service" in names and not marker else None
     try:
-        cases = state.load_cases()
+        cases = [external] if external is not None else state.load_cases()
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
-    marker = metafunc.definition.get_closest_marker("s2st_models")
     if marker:
         wanted = {str(a) for a in marker.args}
         cases = [c for c in cases if c.model_type in wanted or c.case_id in wanted]
-    elif "s2st_service" in names:  # a service benchmark: only the cases a speech service can serve
+    elif "s2st_service" in names and external is None:  # a service benchmark: the cases a speech service can serve
         serving = [c for c in cases if c.serves_speech]
         if not serving and cases:
             _no_speech_case(metafunc, cases, needs_level)

@@ -37,6 +37,7 @@ class S2STSession:
         self.explicit: dict[str, Any] = {s.name: config.getoption(s.dest) for s in SETTINGS
                                          if config.getoption(s.dest) is not None}
         self.cases: list[Any] | None = None
+        self._external_case: Any = None                   # --s2st-endpoint without a config (external_case)
         self.results: list[tuple[Any, Any]] = []          # (item, Measurement)
         self.service_results: list[tuple[str, dict]] = []  # (row name, level data)
         self.baselines: dict[str, Any] = {}                # quality.baseline config -> (case, Service)
@@ -112,6 +113,19 @@ class S2STSession:
                 seen[case.case_id] = case
             self.cases = cases
         return self.cases
+
+    def external_case(self) -> Any:
+        """--s2st-endpoint with no --s2st-config (flag or ini): the service benchmarks' ONE case, the external
+        server, named from it (service/bench.external_case_name; asked once per session); else None."""
+        if not self.option("endpoint") or self.config.getoption("s2st_config") or self.ini("s2st_config"):
+            return None
+        if self._external_case is None:
+            from .cases import external_case
+            from .service.bench import external_case_name
+
+            case_id, _ = external_case_name(self.option("endpoint"))
+            self._external_case = external_case(case_id, self.explicit, self.ini)
+        return self._external_case
 
     def load_extra_case(self, path: str) -> Any:
         """A case outside the configured ones (a quality baseline), resolved the same way."""

@@ -171,7 +171,8 @@ def test_content_rate_refused(ctype):
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(["input", "model", "voice", "response_format", "stream_format", "stream",
-                                        "speed", "seed", "language", "other"]),
+                                        "speed", "seed", "language", "other", "speaker", "task_type",
+                                        "max_new_tokens", "x_vector_only_mode", "stream_options"]),
                        st.none() | st.booleans() | st.integers(-5, 2**64) | st.floats() | st.text(max_size=8),
                        max_size=6))
 def test_validate_openai_request_fuzzed(body):
@@ -179,5 +180,11 @@ def test_validate_openai_request_fuzzed(body):
         request, fmt, stream_format = oa.validate_openai_request(body, 4000)
     except ValueError as exc:
         assert "\n" not in str(exc) and str(exc).split(":", 1)[0] in body or str(exc).startswith("input: required")
+        assert str(exc).split(":", 1)[0] not in ("other", "stream_options")  # unknown fields are never refused
     else:
         assert request["text"] == body["input"] and fmt in oa.RESPONSE_FORMATS and stream_format in oa.STREAM_FORMATS
+        voice = body.get("voice") if body.get("voice") is not None else body.get("speaker")  # vLLM-Omni's alias
+        assert request.get("voice") == voice
+        assert set(oa.ignored_fields(body)) == set(body) - {"input", "model", "voice", "response_format",
+                                                            "stream_format", "stream", "speed", "seed",
+                                                            "language", "speaker"}

@@ -70,7 +70,6 @@ def test_health_and_identity():
 @pytest.mark.parametrize(
     "body, field",
     [
-        ({}, "text"),
         ({"text": "   "}, "text"),
         ({"text": 5}, "text"),
         ({"text": "x" * 4001}, "text"),
@@ -81,10 +80,10 @@ def test_health_and_identity():
         ({"text": "hi", "language": ["en"]}, "language"),
         ({"text": "hi", "instruct": {}}, "instruct"),
         ({"text": "hi", "speed": 2}, "speed"),
-        ([1, 2], "body"),
     ],
 )
 def test_validation_names_the_field(body, field):
+    """The own protocol (a body with "text") keeps its own error shape {"error": "<field>: why", "field"}."""
     calls = []
 
     async def main():
@@ -94,8 +93,6 @@ def test_validation_names_the_field(body, field):
                 async with s.post(base + "/v1/audio/speech", json=body) as r:
                     assert r.status == 400
                     data = await r.json()
-                async with s.post(base + "/v1/audio/speech", data=b"{not json") as r:
-                    assert r.status == 400 and (await r.json())["field"] == "body"
         finally:
             await runner.cleanup()
         return data
@@ -166,7 +163,7 @@ def test_busy_503_when_queue_full_and_queued_requests_still_served():
                 else:
                     raise AssertionError("request two never queued")
                 async with s.post(url, json={"text": "three"}) as r:
-                    busy = (r.status, await r.json())
+                    busy = (r.status, await r.json(), r.headers.get("Retry-After"))
                 release.set()
                 bodies = []
                 for task in (first, second):
@@ -181,7 +178,7 @@ def test_busy_503_when_queue_full_and_queued_requests_still_served():
             await runner.cleanup()
 
     busy, bodies, health = run(main())
-    assert busy == (503, {"error": "busy"})
+    assert busy == (503, {"error": "busy"}, "1")  # the own shape, and when to retry
     assert bodies == [(200, "done"), (200, "done")]
     assert health["busy_rejections"] == 1 and health["served"] == 2
 

@@ -4,8 +4,9 @@
     s2st-serve --s2st-config x.yaml --port P [--identity-output F] [--queue-size N]
     s2st-serve --demo-tone --port 0 --identity-output F     # no model; port 0 = any free port
 
-Serves this project's SSE protocol and OpenAI's speech API on POST /v1/audio/speech (GET /v1/models and
-GET /v1/audio/voices beside it; see service/server.py). Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
+Serves this project's SSE protocol and OpenAI's speech API on POST /v1/audio/speech (GET /v1/models,
+GET /v1/models/{id} and GET /v1/audio/voices beside it; see service/server.py); --served-model-name names
+the model as vLLM's flag does, so a client that sends a hub id (vLLM-Omni's bench_tts.py) is served. Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
 device, threads, bound port) is written once the server listens; GET /health answers 200 from then on.
 """
 from __future__ import annotations
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--identity-output", type=Path, help="write the server identity JSON here")
     p.add_argument("--queue-size", type=int, default=8, help="requests that may wait for the model (default 8)")
     p.add_argument("--chunk-samples", type=int, default=4800, help="PCM samples per SSE audio event")
+    p.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                   help="the model id(s) GET /v1/models lists and an OpenAI request's \"model\" may name, as "
+                        "vLLM's flag (default: the case id, or demo-tone); another name is answered 404")
     p.add_argument("--device", help="cpu | cuda | npu | auto (default: the case's device setting)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: the case's threads setting)")
     p.add_argument("--demo-delay-s", type=float, default=0.0, help="--demo-tone: seconds of simulated model time")
@@ -145,11 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         check_loopback(args.host)
         if args.queue_size < 1 or args.chunk_samples < 1:
             raise S2STError("--queue-size and --chunk-samples must be >= 1")
+        if args.served_model_name and not all(name.strip() for name in args.served_model_name):
+            raise S2STError(f"--served-model-name {args.served_model_name!r}: names must not be empty")
         synth, model_identity, close = _build(args)
         identity = {"code": code_identity(), **model_identity}
         try:
             run_server(synth, args.host, args.port, identity=identity, identity_path=args.identity_output,
-                       queue_size=args.queue_size, chunk_samples=args.chunk_samples)
+                       queue_size=args.queue_size, chunk_samples=args.chunk_samples,
+                       served_model_names=args.served_model_name)
         finally:
             close()
     except S2STError as exc:

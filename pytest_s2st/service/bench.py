@@ -7,6 +7,7 @@ and returns the level's data: what goes into the benchmark JSON and the service 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -57,6 +58,43 @@ def start_reference_server(case: Any, workdir: Path, timeout_s: float = SERVER_S
         time.sleep(0.05)
     identity = json.loads(identity_path.read_text())
     return Service(identity["endpoint"], identity, proc, log_path)
+
+
+EXTERNAL_PREFIX = "external-"
+NAME_TIMEOUT_S = 5.0
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tuple[str, str]:
+    """The case id of an external endpoint benchmarked without a config, named from the server:
+    ``external-<first id of GET /v1/models>``, else ``external-<case_id or model_type of GET /identity>``,
+    else (no answer within ``timeout_s``) ``external-<host>-<port>``. Returns (case id, where the name came from)."""
+    import asyncio
+
+    import aiohttp
+    from yarl import URL
+
+    from .client import fetch_identity, fetch_model
+
+    url = URL(endpoint)
+
+    async def ask() -> tuple[str | None, str]:
+        async with aiohttp.ClientSession() as session:
+            model, where = await fetch_model(session, url, timeout_s)
+            if model:
+                return model, where
+            identity, error = await fetch_identity(session, url, timeout_s)
+            if isinstance(identity, dict):
+                for key in ("case_id", "model_type"):
+                    if isinstance(identity.get(key), str) and identity[key].strip():
+                        return identity[key], f"GET /identity ({key})"
+            return None, f"{where}; {error or 'GET /identity: names no case_id or model_type'}"
+
+    name, where = asyncio.run(ask())
+    if name is None:
+        name, where = f"{url.host}-{url.port}", f"the endpoint's host and port ({where})"
+    cleaned = _NAME_UNSAFE.sub("-", name).strip("-.")[:80] or "server"
+    return EXTERNAL_PREFIX + cleaned, where
 
 
 def stop_service(service: Service) -> None:

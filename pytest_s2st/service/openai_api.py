@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import struct
 from typing import Any
@@ -225,11 +226,13 @@ class WavReader:
 
 RESPONSE_FORMATS = ("pcm", "wav")  # of OpenAI's mp3, opus, aac, flac, wav, pcm: the lossless, codec-free ones
 STREAM_FORMATS = ("audio", "sse")
-# request field -> (accepted types, required); "language" and "seed" are vLLM-Omni's / this server's extensions
+# request field -> (accepted types, required): the fields this server acts on. "language" is vLLM-Omni's
+# extension, "seed" this server's; "speaker" is vLLM-Omni's alias of "voice" (AliasChoices("voice", "speaker")).
 _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "input": ((str,), True),
     "model": ((str,), False),
     "voice": ((str,), False),
+    "speaker": ((str,), False),
     "instructions": ((str,), False),
     "language": ((str,), False),
     "response_format": ((str,), False),
@@ -238,27 +241,72 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "speed": ((int, float), False),
     "seed": ((int,), False),
 }
+# vLLM-Omni's speech request fields this server accepts and does not act on (its Qwen3-TTS extensions:
+# voice cloning, codec chunking, token budget), type-checked as vLLM-Omni's pydantic model does
+# (vllm_omni/entrypoints/openai/protocol/audio.py, OpenAICreateSpeechRequest).
+VLLM_OMNI_IGNORED: dict[str, tuple[type, ...]] = {
+    "task_type": (str,),
+    "ref_audio": (str,),
+    "ref_text": (str,),
+    "x_vector_only_mode": (bool,),
+    "speaker_embedding": (list,),
+    "max_new_tokens": (int,),
+    "initial_codec_chunk_frames": (int,),
+}
+TASK_TYPES = ("CustomVoice", "VoiceDesign", "Base")
+# Any other field is dropped, as vLLM-Omni drops it: its request model is a plain pydantic BaseModel, whose
+# default (extra="ignore") discards unknown keys without an error (e.g. the chat API's "stream_options" or
+# vLLM's "ignore_eos" that ``vllm bench serve`` may merge in). The server logs each such field once.
 
 
 def is_openai_request(body: Any) -> bool:
-    """OpenAI's speech request names its text "input" (this project's own names it "text")."""
-    return isinstance(body, dict) and ("input" in body or ("model" in body and "text" not in body))
+    """OpenAI's speech request names its text "input"; this project's own names it "text". Anything that
+    is not recognisably the own protocol (a non-object, {}, a body without "text") is answered as OpenAI's."""
+    return not (isinstance(body, dict) and "text" in body and "input" not in body)
 
 
-def validate_openai_request(body: dict, max_chars: int) -> tuple[dict, str, str]:
+def ignored_fields(body: dict) -> list[str]:
+    """The fields of a valid request this server accepted without acting on them (vLLM-Omni's and unknown ones)."""
+    return [name for name in body if name not in _FIELDS]
+
+
+def _check_type(name: str, value: Any, types: tuple[type, ...]) -> None:
+    if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+        raise ValueError(f"{name}: expected {types[0].__name__}, got {type(value).__name__}")
+
+
+def _check_vllm_omni_fields(body: dict) -> None:
+    for name, types in VLLM_OMNI_IGNORED.items():
+        if body.get(name) is not None:
+            _check_type(name, body[name], types)
+    task = body.get("task_type")
+    if task is not None and task not in TASK_TYPES:
+        raise ValueError(f"task_type: {str(task)[:40]!r} is not one of {', '.join(TASK_TYPES)}")
+    for name in ("max_new_tokens", "initial_codec_chunk_frames"):
+        if body.get(name) is not None and body[name] < (1 if name == "max_new_tokens" else 0):
+            raise ValueError(f"{name}: must be >= {1 if name == 'max_new_tokens' else 0}, got {body[name]}")
+    embedding = body.get("speaker_embedding")
+    if embedding is not None:
+        if len(embedding) > 8192 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                            and math.isfinite(x) for x in embedding):
+            raise ValueError("speaker_embedding: expected at most 8192 finite numbers")
+        if body.get("ref_audio") is not None:
+            raise ValueError("speaker_embedding: and ref_audio are mutually exclusive")
+
+
+def validate_openai_request(body: Any, max_chars: int) -> tuple[dict, str, str]:
     """-> (synthesizer request {text, voice, language, instruct, seed}, response_format, stream_format);
-    ValueError("<field>: <why>") naming the field."""
-    for name in body:
-        if name not in _FIELDS:
-            raise ValueError(f"{name}: unknown field; accepted: {', '.join(_FIELDS)}")
+    ValueError("<field>: <why>") naming the field ("body" when it is not a JSON object)."""
+    if not isinstance(body, dict):
+        raise ValueError(f"body: expected a JSON object, got {'null' if body is None else type(body).__name__}")
     for name, (types, required) in _FIELDS.items():
         value = body.get(name)
         if value is None:
             if required:
                 raise ValueError(f"{name}: required")
             continue
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-            raise ValueError(f"{name}: expected {types[0].__name__}, got {type(value).__name__}")
+        _check_type(name, value, types)
+    _check_vllm_omni_fields(body)
     text = body["input"]
     if not text.strip():
         raise ValueError("input: must not be empty")
@@ -279,10 +327,31 @@ def validate_openai_request(body: dict, max_chars: int) -> tuple[dict, str, str]
     if seed is not None and not 0 <= seed < 2**63:
         raise ValueError("seed: must be in [0, 2**63)")
     request = {"text": text}
-    for src, dst in (("voice", "voice"), ("language", "language"), ("instructions", "instruct"), ("seed", "seed")):
+    voice = body["voice"] if body.get("voice") is not None else body.get("speaker")  # "voice" wins, as in vLLM-Omni
+    if voice is not None:
+        request["voice"] = voice
+    for src, dst in (("language", "language"), ("instructions", "instruct"), ("seed", "seed")):
         if body.get(src) is not None:
             request[dst] = body[src]
     return request, fmt, stream_format
+
+
+# status -> OpenAI's error "type" (https://platform.openai.com/docs/guides/error-codes)
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
+                415: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error"}
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object: {"error": {"message", "type", "param", "code"}} (the SDK raises it as
+    BadRequestError, NotFoundError, ... with this message)."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def model_card(model_id: str, created: int) -> dict:
+    """One entry of GET /v1/models, and the answer of GET /v1/models/{id}."""
+    return {"id": model_id, "object": "model", "created": created, "owned_by": "pytest-s2st"}
 
 
 def sse(payload: dict) -> bytes:

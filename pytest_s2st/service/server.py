@@ -14,8 +14,13 @@ POST /v1/audio/speech speaks two protocols, told apart by the body: this project
 ({"text", ...}: SSE audio/done events as above) and OpenAI's ({"input", "model", ...}; openai_api.py):
 ``response_format`` pcm (raw int16 mono, chunked, Content-Type ``audio/pcm;rate=<Hz>``) or wav (the
 default, as vLLM-Omni's; one non-streamed file), and ``stream_format: "sse"`` (pcm only) for OpenAI's
-speech.audio.delta / speech.audio.done events. Errors in OpenAI's shape {"error": {"message", "type",
-"param"}}. The official ``openai`` SDK is a client of it (tests/test_service_openai.py).
+speech.audio.delta / speech.audio.done events. A body that is not recognisably the own protocol (no
+"text") is OpenAI's: every error under /v1/ then comes in OpenAI's shape {"error": {"message", "type",
+"param", "code"}} with OpenAI's status (400 malformed, 404 unknown model or path, 413 body over
+MAX_BODY_BYTES, 503 busy with Retry-After); vLLM-Omni's extra fields are accepted (see openai_api.py).
+GET /v1/models/{id} answers one model card. The official ``openai`` SDK is a client of it
+(tests/test_service_openai.py), and so are the request shapes of vLLM-Omni's TTS benchmark clients
+(tests/test_service_vllm_omni.py).
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import base64
 import hashlib
 import ipaddress
 import json
+import logging
 import math
 import os
 import signal
@@ -42,6 +48,11 @@ from . import openai_api as oa
 
 SPEECH_PATH = "/v1/audio/speech"
 MAX_TEXT_CHARS = 4000
+# a request body's bound: vLLM-Omni's voice-clone clients inline the reference audio as base64 (a 30 s
+# 24 kHz WAV is ~1.9 MB of base64), so aiohttp's default 1 MiB would refuse them
+MAX_BODY_BYTES = 8 * 1024 * 1024
+RETRY_AFTER_S = 1  # the Retry-After of a 503 busy: a queue place frees when one request finishes
+log = logging.getLogger(__name__)
 NON_STREAMING_NOTE = "reference pipeline is non-streaming: the whole waveform is generated, then sent in chunks"
 
 Synthesizer = Callable[[dict], tuple[np.ndarray, int]]
@@ -116,11 +127,15 @@ def sse_event(payload: Mapping[str, Any]) -> bytes:
 class _SpeechApp:
     """The handlers of one app; ONE model worker, a bounded queue in front of it."""
 
-    def __init__(self, synthesize: Synthesizer, identity: dict, queue_size: int, chunk_samples: int):
+    def __init__(self, synthesize: Synthesizer, identity: dict, queue_size: int, chunk_samples: int,
+                 served_model_names: list[str] | None = None):
         self.synthesize, self.identity = synthesize, identity
         self.queue_size, self.chunk_samples = queue_size, chunk_samples
         self.state = {"ready": False, "served": 0, "failed": 0, "busy": 0}
-        self.model_id = str(identity.get("case_id") or identity.get("model_type") or "s2st-reference")
+        # the model ids GET /v1/models lists and a request's "model" may name (vLLM's --served-model-name)
+        self.model_ids = list(served_model_names or [
+            str(identity.get("case_id") or identity.get("model_type") or "s2st-reference")])
+        self.ignored: list[str] = []  # request fields accepted and not acted on, each logged once
         self.created = int(time.time())
         self.queue: asyncio.Queue | None = None
         self.executor: ThreadPoolExecutor | None = None
@@ -162,19 +177,33 @@ class _SpeechApp:
         state = self.state
         return web.json_response(
             {"status": "ok", "queued": self.queue.qsize(), "queue_size": self.queue_size,
-             "served": state["served"], "failed": state["failed"], "busy_rejections": state["busy"]}
+             "served": state["served"], "failed": state["failed"], "busy_rejections": state["busy"],
+             "ignored_fields": list(self.ignored)}
         )
 
     async def get_identity(self, request: web.Request) -> web.Response:
         return web.json_response(self.identity)
 
     @staticmethod
-    def _error(openai: bool, status: int, message: str, field: str | None = None) -> web.Response:
+    def _error(openai: bool, status: int, message: str, field: str | None = None, code: str | None = None,
+               headers: dict | None = None) -> web.Response:
         if openai:  # OpenAI's error shape (the SDK raises it as APIStatusError with this message)
-            kind = "invalid_request_error" if status == 400 else "server_error"
-            return web.json_response({"error": {"message": message, "type": kind, "param": field, "code": None}},
-                                     status=status)
-        return web.json_response({"error": message, **({"field": field} if field else {})}, status=status)
+            return web.json_response(oa.error_body(status, message, field, code), status=status, headers=headers)
+        return web.json_response({"error": message, **({"field": field} if field else {})}, status=status,
+                                 headers=headers)
+
+    def _unknown_model(self, model: str) -> web.Response:
+        return self._error(True, 404, f"The model `{model[:200]}` does not exist; this server serves "
+                                      f"{', '.join(self.model_ids)}", "model", "model_not_found")
+
+    def _note_ignored(self, body: dict) -> None:
+        """Log each accepted-but-unused request field once per server, not once per request."""
+        for name in oa.ignored_fields(body):
+            if name not in self.ignored and len(self.ignored) < 64:  # bounded: a client may send any names
+                self.ignored.append(name)
+                known = "vLLM-Omni's field" if name in oa.VLLM_OMNI_IGNORED else "unknown field"
+                log.warning("s2st-serve: request field %r (%s) accepted and ignored, as vLLM-Omni ignores what it "
+                            "does not use; logged once", name[:80], known)
 
     async def _synthesize(self, request: web.Request, body: Any, openai: bool,
                           shape: dict) -> tuple[bytes, int] | web.Response:
@@ -187,7 +216,11 @@ class _SpeechApp:
                 fields = validate_request(body)
         except ValueError as exc:
             name = str(exc).split(":", 1)[0]
-            return self._error(openai, 400, str(exc), name)
+            return self._error(openai, 400, str(exc), None if name == "body" else name)
+        if openai:  # after validation, as vLLM checks the model after its request model parsed
+            if body.get("model") is not None and body["model"] not in self.model_ids:
+                return self._unknown_model(body["model"])
+            self._note_ignored(body)
         fields.pop("model", None)
         fields["id"] = request.headers.get("X-Request-Id", "request")
         job = _Job(fields, asyncio.get_running_loop().create_future())
@@ -195,7 +228,8 @@ class _SpeechApp:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
             self.state["busy"] += 1
-            return self._error(openai, 503, "busy")
+            return self._error(openai, 503, "busy", code="server_busy" if openai else None,
+                               headers={"Retry-After": str(RETRY_AFTER_S)})
         try:
             return await job.future
         except asyncio.CancelledError:
@@ -206,10 +240,14 @@ class _SpeechApp:
             return self._error(openai, 500, f"synthesis failed: {type(exc).__name__}: {exc}")
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()  # over MAX_BODY_BYTES: 413, answered by the /v1 error middleware
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return web.json_response({"error": "body: not valid JSON", "field": "body"}, status=400)
+            body = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            return self._error(True, 400, f"body: not UTF-8 (byte {exc.start})")
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = f"line {exc.lineno} column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            return self._error(True, 400, f"body: not valid JSON ({why}); send a JSON object with \"input\"")
         openai, shape = oa.is_openai_request(body), {}
         outcome = await self._synthesize(request, body, openai, shape)
         if isinstance(outcome, web.Response):
@@ -259,9 +297,16 @@ class _SpeechApp:
         return response
 
     async def models(self, request: web.Request) -> web.Response:
-        """OpenAI's model list: the one model this server serves (``vllm bench serve`` takes the first id)."""
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model_id, "object": "model", "created": self.created, "owned_by": "pytest-s2st"}]})
+        """OpenAI's model list: the model this server serves, under each served name (``vllm bench serve``
+        takes the first id)."""
+        return web.json_response({"object": "list", "data": [oa.model_card(m, self.created) for m in self.model_ids]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        """GET /v1/models/{id} (the SDK's ``models.retrieve``): its card, or 404 in OpenAI's shape."""
+        model = request.match_info["model"]
+        if model not in self.model_ids:
+            return self._unknown_model(model)
+        return web.json_response(oa.model_card(model, self.created))
 
     async def voices(self, request: web.Request) -> web.Response:
         """The voices the model names (identity "voices"); any voice string is passed to the synthesizer."""
@@ -281,20 +326,41 @@ class _SpeechApp:
         await response.write_eof()
 
 
+@web.middleware
+async def openai_errors(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """Under /v1/ the framework's own errors (unknown path 404, wrong method 405, body over the limit
+    413) come in OpenAI's JSON shape, not aiohttp's text/plain."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400 or not request.path.startswith("/v1/"):
+            raise
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):
+            message = f"body: larger than {MAX_BODY_BYTES} bytes"
+        else:
+            message = f"{request.method} {request.path[:200]}: {exc.reason}"
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        return web.json_response(oa.error_body(exc.status, message), status=exc.status, headers=headers)
+
+
 def make_app(
     synthesize: Synthesizer,
     *,
     identity: dict,
     queue_size: int = 8,
     chunk_samples: int = 4800,
+    served_model_names: list[str] | None = None,
 ) -> web.Application:
-    """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy."""
+    """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy.
+    ``served_model_names``: the model ids a request may name (default: the identity's case id)."""
     if queue_size < 1:
         raise S2STError(f"queue_size={queue_size}: must be >= 1")
     if chunk_samples < 1:
         raise S2STError(f"chunk_samples={chunk_samples}: must be >= 1")
-    handlers = _SpeechApp(synthesize, identity, queue_size, chunk_samples)
-    app = web.Application()
+    if served_model_names is not None and not all(isinstance(n, str) and n for n in served_model_names):
+        raise S2STError(f"served_model_names={served_model_names!r}: must be non-empty strings")
+    handlers = _SpeechApp(synthesize, identity, queue_size, chunk_samples, served_model_names)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_errors])
     app[_STATE] = handlers.state
     app.on_startup.append(handlers.on_startup)
     app.on_cleanup.append(handlers.on_cleanup)
@@ -302,6 +368,7 @@ def make_app(
     app.router.add_get("/identity", handlers.get_identity)
     app.router.add_post(SPEECH_PATH, handlers.speech)
     app.router.add_get(oa.MODELS_PATH, handlers.models)
+    app.router.add_get(oa.MODELS_PATH + "/{model:.+}", handlers.model)  # ids may hold "/" (Qwen/Qwen3-TTS-...)
     app.router.add_get(oa.VOICES_PATH, handlers.voices)
     return app
 
@@ -351,13 +418,15 @@ def run_server(
     identity_path: str | Path | None = None,
     queue_size: int = 8,
     chunk_samples: int = 4800,
+    served_model_names: list[str] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. The identity file (with the bound port) is written once listening."""
     host = check_loopback(host)
     identity = dict(identity or {})
 
     async def main() -> None:
-        app = make_app(synthesize, identity=identity, queue_size=queue_size, chunk_samples=chunk_samples)
+        app = make_app(synthesize, identity=identity, queue_size=queue_size, chunk_samples=chunk_samples,
+                       served_model_names=served_model_names)
         runner, bound = await serve_app(app, host, port)
         shown = f"[{host}]" if ":" in host else host
         identity.update(
@@ -370,6 +439,7 @@ def run_server(
                 "chunk_samples": chunk_samples,
                 "streaming": False,
                 "protocols": list(oa.PROTOCOLS),
+                **({"served_model_names": list(served_model_names)} if served_model_names else {}),
             }
         )
         if identity_path is not None:

@@ -1,0 +1,191 @@
+"""Every error the reference server's OpenAI API gives comes in OpenAI's shape
+{"error": {"message", "type", "param", "code"}} with OpenAI's status, read back by raw HTTP (the exact
+bytes) and by the official ``openai`` SDK (the error class it raises). The own protocol keeps its shape."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import urllib.request
+
+import aiohttp
+import numpy as np
+import openai
+import pytest
+
+from pytest_s2st.service.server import MAX_BODY_BYTES, demo_tone_synthesizer, make_app, serve_app
+
+IDENTITY = {"case_id": "callable-tone", "model_type": "callable"}
+SPEECH = "/v1/audio/speech"
+
+
+@contextlib.contextmanager
+def server_thread(synth, **kw):
+    """The app on loopback, its event loop in a thread (the SDK is a blocking client): yields the base URL."""
+    loop = asyncio.new_event_loop()
+    ready, box = threading.Event(), {}
+
+    def main():
+        asyncio.set_event_loop(loop)
+        box["runner"], port = loop.run_until_complete(
+            serve_app(make_app(synth, identity=IDENTITY, **kw), shutdown_timeout=0.5))
+        box["base"] = f"http://127.0.0.1:{port}"
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=main, daemon=True)
+    thread.start()
+    assert ready.wait(20), "server did not start"
+    try:
+        yield box["base"]
+    finally:
+        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(20)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(20)
+
+
+def post_raw(base: str, path: str, **kw) -> tuple[int, str, dict, dict]:
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.request(kw.pop("method", "POST"), base + path, **kw) as r:
+                raw = await r.read()
+                return r.status, r.content_type, dict(r.headers), raw
+    status, ctype, headers, raw = asyncio.run(asyncio.wait_for(main(), 30))
+    return status, ctype, headers, json.loads(raw)
+
+
+def assert_openai_error(data: dict, message_start: str, param: str | None = None, kind="invalid_request_error",
+                        code: str | None = None) -> None:
+    assert set(data) == {"error"} and set(data["error"]) == {"message", "type", "param", "code"}, data
+    err = data["error"]
+    assert err["message"].startswith(message_start) and "\n" not in err["message"], err
+    assert (err["type"], err["param"], err["code"]) == (kind, param, code), err
+
+
+@pytest.fixture(scope="module")
+def base():
+    with server_thread(demo_tone_synthesizer()) as url:
+        yield url
+
+
+MULTIPART = aiohttp.FormData()
+MULTIPART.add_field("input", b"hello", filename="a.txt", content_type="text/plain")
+
+
+@pytest.mark.parametrize("kw, message, param", [
+    ({"data": b"{oops"}, "body: not valid JSON (line 1 column 2", None),
+    ({"data": b""}, "body: not valid JSON (line 1 column 1", None),
+    ({"json": [1, 2]}, "body: expected a JSON object, got list", None),
+    ({"data": b"null"}, "body: expected a JSON object, got null", None),
+    ({"data": {"input": "hello"}}, "body: not valid JSON", None),  # a form, as requests' data= sends
+    ({"data": MULTIPART}, "body: not valid JSON", None),
+    ({"data": b'{"input": "\xff\xfe"}'}, "body: not UTF-8 (byte 11)", None),
+    ({"json": {}}, "input: required", "input"),  # {} is no own-protocol request: OpenAI's field is named
+    ({"json": {"input": "hi", "voice": 3}}, "voice: expected str, got int", "voice"),
+    ({"json": {"input": "hi", "task_type": "Clone"}}, "task_type: 'Clone' is not one of CustomVoice", "task_type"),
+    ({"json": {"input": "hi", "max_new_tokens": "many"}}, "max_new_tokens: expected int, got str", "max_new_tokens"),
+])
+def test_malformed_bodies_are_400_in_openai_shape(base, kw, message, param):
+    status, ctype, _, data = post_raw(base, SPEECH, **kw)
+    assert (status, ctype) == (400, "application/json")
+    assert_openai_error(data, message, param)
+
+
+def test_unknown_model_is_404_and_after_validation(base):
+    status, _, _, data = post_raw(base, SPEECH, json={"model": "no-such-model", "input": "hi"})
+    assert status == 404
+    assert_openai_error(data, "The model `no-such-model` does not exist; this server serves callable-tone",
+                        "model", code="model_not_found")
+    # vLLM checks the model after the request parsed: a bad body with a bad model is a 400
+    assert post_raw(base, SPEECH, json={"model": "no-such-model", "input": " "})[0] == 400
+    status, _, _, card = post_raw(base, "/v1/models/callable-tone", method="GET")
+    assert status == 200 and card["id"] == "callable-tone" and card["object"] == "model"
+    status, _, _, data = post_raw(base, "/v1/models/no/such", method="GET")
+    assert status == 404 and data["error"]["code"] == "model_not_found"
+
+
+def test_framework_errors_under_v1_are_openai_shaped(base):
+    status, ctype, _, data = post_raw(base, SPEECH, data=b"x" * (MAX_BODY_BYTES + 1))
+    assert (status, ctype) == (413, "application/json")  # not aiohttp's text/plain
+    assert_openai_error(data, f"body: larger than {MAX_BODY_BYTES} bytes")
+    status, _, _, data = post_raw(base, "/v1/no/such/path", json={})
+    assert status == 404
+    assert_openai_error(data, "POST /v1/no/such/path: Not Found")
+    status, _, headers, data = post_raw(base, SPEECH, method="GET")
+    assert status == 405 and headers["Allow"] == "POST"
+    assert_openai_error(data, f"GET {SPEECH}: Method Not Allowed")
+
+
+def test_a_body_near_the_limit_is_served(base):
+    # vLLM-Omni's voice-clone clients inline the reference audio as base64: ~7 MB passes, and is ignored
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(base + SPEECH, json={"input": "hi", "response_format": "pcm", "task_type": "Base",
+                                                   "ref_audio": "data:audio/wav;base64," + "A" * 7_000_000}) as r:
+                return r.status, await r.read()
+    status, pcm = asyncio.run(main())
+    assert status == 200 and len(pcm) == 2 * int(24000 * (0.1 + 0.02 * 2))
+
+
+def test_own_protocol_keeps_its_shape(base):
+    status, _, _, data = post_raw(base, SPEECH, json={"text": " "})
+    assert status == 400 and data == {"error": "text: must not be empty", "field": "text"}
+
+
+def test_sdk_raises_its_error_classes(base):
+    with openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=30) as client:
+        assert client.models.retrieve("callable-tone").id == "callable-tone"
+        with pytest.raises(openai.NotFoundError) as info:
+            client.models.retrieve("no-such-model")
+        assert info.value.code == "model_not_found" and info.value.param == "model"
+        with pytest.raises(openai.NotFoundError) as info:
+            client.audio.speech.create(model="no-such-model", voice="Ryan", input="hi")
+        assert info.value.status_code == 404 and "no-such-model" in info.value.message
+        with pytest.raises(openai.BadRequestError) as info:
+            client.post("/audio/speech", body={}, cast_to=object)
+        assert info.value.param == "input" and info.value.type == "invalid_request_error"
+        with pytest.raises(openai.APIStatusError) as info:
+            client.post("/audio/speech", body={"input": "x" * (MAX_BODY_BYTES + 1)}, cast_to=object)
+        assert info.value.status_code == 413 and info.value.body["message"].startswith("body: larger than")
+
+
+def test_busy_is_503_with_retry_after_through_the_sdk():
+    """One request on the model, one queued (queue_size=1): the third is refused at once with a
+    Retry-After, which the SDK (retries off) raises as an APIStatusError carrying the header."""
+    release, running = threading.Event(), threading.Event()
+
+    def slow(request):
+        running.set()
+        assert release.wait(20)
+        return np.full(240, 0.1, np.float32), 24000
+
+    with server_thread(slow, queue_size=1) as url:
+        with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=30) as client:
+            def speak(out):
+                out.append(client.audio.speech.create(model="callable-tone", voice="v", input="hi",
+                                                      response_format="pcm").read())
+            done: list[bytes] = []
+            first = threading.Thread(target=speak, args=(done,))
+            first.start()
+            assert running.wait(20)  # the model thread holds request one
+            second = threading.Thread(target=speak, args=(done,))
+            second.start()
+            try:
+                for _ in range(1000):  # until request two waits in the queue
+                    with urllib.request.urlopen(f"{url}/health", timeout=10) as health:
+                        if json.loads(health.read())["queued"] == 1:
+                            break
+                    threading.Event().wait(0.01)
+                else:
+                    raise AssertionError("request two never queued")
+                with pytest.raises(openai.APIStatusError) as info:
+                    client.audio.speech.create(model="callable-tone", voice="v", input="hi", response_format="pcm")
+            finally:
+                release.set()
+                first.join(20)
+                second.join(20)
+    assert isinstance(info.value, openai.InternalServerError) and info.value.status_code == 503
+    assert info.value.response.headers["retry-after"] == "1" and info.value.code == "server_busy"
+    assert info.value.type == "server_error" and info.value.body["message"] == "busy"
+    assert done == [np.full(240, round(0.1 * 32767), "<i2").tobytes()] * 2  # the two admitted ones are served
