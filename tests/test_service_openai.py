@@ -84,6 +84,9 @@ def test_sdk_reads_sse_events(client):
 
 def test_sdk_lists_models_and_voices(client, server):
     assert [m.id for m in client.models.list().data] == ["demo-tone"]
+    assert client.models.retrieve("demo-tone").id == "demo-tone"  # GET /v1/models/{id}
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("tts-1")
     voices = client.get("/audio/voices", cast_to=object)
     assert voices == {"voices": [], "any_voice_accepted": True}
     assert server[1]["protocols"] == ["s2st", "openai"]
