@@ -229,3 +229,55 @@ def test_external_endpoint_given_as_a_base_url(pytester, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_external_endpoint_without_a_config_is_one_case_named_from_the_server(pytester, tmp_path):
+    """--s2st-endpoint and no --s2st-config: ONE service case, named from the server's GET /v1/models
+    (its hub id made an id), not the embedded demo cases; a server that does not answer is named by
+    its host and port (and its requests then fail, each with its reason)."""
+    identity = tmp_path / "id.json"
+    server = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--port", "0",
+                               "--served-model-name", "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice",
+                               "--identity-output", str(identity)])
+    try:
+        deadline = time.monotonic() + 60
+        while not identity.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        port = json.loads(identity.read_text())["port"]
+        pytester.makepyfile(test_service=SERVICE_TEST)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-endpoint=http://127.0.0.1:{port}",
+                                               "--s2st-concurrency=1", "--s2st-requests=2", "-v",
+                                               "--benchmark-json=out.json")
+    finally:
+        server.kill()
+        server.wait()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_service?external-Qwen-Qwen3-TTS-12Hz-0.6B-CustomVoice-c1? PASSED*"])
+    assert "tiny" not in result.stdout.str()  # no embedded demo case was benchmarked against it
+    data = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]
+    assert data["summary"]["n_ok"] == 2
+
+    from test_service_faults import unused_port
+
+    down = unused_port()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-endpoint=http://127.0.0.1:{down}",
+                                           "--collect-only", "-q")
+    result.stdout.fnmatch_lines([f"test_service.py::test_service[[]external-127.0.0.1-{down}-c1[]]"])
+
+
+def test_external_case_name_asks_models_then_identity(tmp_path):
+    from aiohttp import web
+
+    from pytest_s2st.service.bench import external_case_name
+    from test_service_openai_errors import server_thread
+
+    with server_thread(lambda request: None) as base:  # IDENTITY's case id, served as the model
+        assert external_case_name(base) == ("external-callable-tone", "GET /v1/models")
+    async def identity(request):
+        return web.json_response({"case_id": "TTS x/y", "model_type": "TTS"})
+
+    app = web.Application()  # an own-protocol server without the OpenAI model list
+    app.router.add_get("/identity", identity)
+    with server_thread(None, app=app) as base:
+        name, where = external_case_name(base + "/v1/audio/speech")
+    assert name == "external-TTS-x-y" and where == "GET /identity (case_id)"

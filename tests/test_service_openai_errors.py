@@ -21,15 +21,16 @@ SPEECH = "/v1/audio/speech"
 
 
 @contextlib.contextmanager
-def server_thread(synth, **kw):
-    """The app on loopback, its event loop in a thread (the SDK is a blocking client): yields the base URL."""
+def server_thread(synth, app=None, **kw):
+    """The speech app (or ``app``) on loopback, its event loop in a thread (the SDK is a blocking client):
+    yields the base URL."""
     loop = asyncio.new_event_loop()
     ready, box = threading.Event(), {}
 
     def main():
         asyncio.set_event_loop(loop)
         box["runner"], port = loop.run_until_complete(
-            serve_app(make_app(synth, identity=IDENTITY, **kw), shutdown_timeout=0.5))
+            serve_app(app or make_app(synth, identity=IDENTITY, **kw), shutdown_timeout=0.5))
         box["base"] = f"http://127.0.0.1:{port}"
         ready.set()
         loop.run_forever()
