@@ -37,7 +37,7 @@ HUB_ID = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"  # a hub id with a "/": served w
 PROMPT = "She said she would be here by noon, but nobody showed up."  # one of the clients' prompts
 REF_TEXT = "A short reference sentence."
 INSTRUCT = "Speak in an incredulous tone."
-STREAM_OPTIONS = {"include_usage": True}  # the chat API's streaming option: a field vLLM-Omni's speech API does not know
+STREAM_OPTIONS = {"include_usage": True}  # the chat API's streaming option: vLLM-Omni's speech API does not know it
 
 
 def ref_wav(tmp_path) -> tuple[str, str]:

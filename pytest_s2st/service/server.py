@@ -245,9 +245,11 @@ class _SpeechApp:
             body = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             return self._error(True, 400, f"body: not UTF-8 (byte {exc.start})")
-        except (json.JSONDecodeError, RecursionError) as exc:
-            why = f"line {exc.lineno} column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
-            return self._error(True, 400, f"body: not valid JSON ({why}); send a JSON object with \"input\"")
+        except json.JSONDecodeError as exc:
+            return self._error(True, 400, f"body: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}); "
+                                          "send a JSON object with \"input\"")
+        except RecursionError:
+            return self._error(True, 400, "body: JSON nested too deeply")
         openai, shape = oa.is_openai_request(body), {}
         outcome = await self._synthesize(request, body, openai, shape)
         if isinstance(outcome, web.Response):
