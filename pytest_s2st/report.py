@@ -67,7 +67,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         cells = [row.name]
         for key, _ in columns:
-            cells.append(fmt_metric(key, (row.metrics.get(key) or {}).get("value")))
+            cells.append(cell(key, row.metrics.get(key) or {}))
         methods = []
         for key in (m.name for m in INFERENCE_METRICS if m.show_method):
             if key in row.metrics:
@@ -78,14 +78,28 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     return table(header, body)
 
 
+def cell(key: str, metric: Mapping[str, Any]) -> str:
+    """A metric's table cell; a partial count (ops left uncounted: a lower bound) reads '>=7.884 M partial'."""
+    text = fmt_metric(key, metric.get("value"))
+    if metric.get("value") is not None and (metric.get("details") or {}).get("partial"):
+        return f">={text} partial"
+    return text
+
+
 def missing_notes(rows: Sequence[Row]) -> list[str]:
-    """One line per n/a cell that says why (missing evidence is never a silent 0)."""
+    """One line per n/a cell that says why (missing evidence is never a silent 0), and per partial cell what it
+    left out."""
+    from .measure.flops import uncounted_text
+
     notes = []
     for row in rows:
         for key, _ in COLUMNS:
             metric = row.metrics.get(key)
             if metric and metric.get("value") is None and metric.get("reason") and BY_NAME[key].note_missing:
                 notes.append(f"{row.name.strip()}: {key} n/a: {metric['reason']}")
+            elif metric and (metric.get("details") or {}).get("partial"):
+                notes.append(f"{row.name.strip()}: {key} partial (a lower bound): no FLOP formula for "
+                             f"{uncounted_text(metric['details'])} (calls)")
     return list(dict.fromkeys(notes))
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
-from .measure.flops import count_flops
+from .measure.flops import count_flops, strict_flops
 from .measure.instructions import InstructionPass
 from .measure.memory import MemoryProbe, resolve_memory_method
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
@@ -110,7 +110,21 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
             details["precision"] = relative_precision(details["rounds_s"])
             details["precision_method"] = PRECISION_METHOD
         out[name] = Metric(sum(values) if how == "sum" else max(values), method, details=details)
+        if name == "flops":
+            mark_uncounted(out[name], [m.details for _, m in parts])
     return out
+
+
+def mark_uncounted(metric: Metric, parts: Sequence[Mapping[str, Any]]) -> None:
+    """A FLOP total made of parts (samples, stages) is partial when any part is: their uncounted calls add up."""
+    uncounted: dict[str, int] = {}
+    for details in parts:
+        for op, calls in (details or {}).get("uncounted", {}).items():
+            uncounted[op] = uncounted.get(op, 0) + calls
+    metric.details.pop("uncounted", None)
+    metric.details.pop("partial", None)
+    if uncounted:
+        metric.details.update(uncounted=uncounted, partial=True)
 
 
 def _mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
@@ -175,7 +189,7 @@ class StageMeasurer:
         flop_counts, flop_outputs, tensor_peaks = [], [], []
         for i, x in enumerate(inputs):
             self._tick(stage.name, "flops", i, len(inputs))
-            if self.settings.flops == "torch":
+            if self.settings.flops in ("torch", "torch-strict"):
                 out, metric, peak = probe_call(self._synced, (stage, x), {}, flops=True, tensors=tensors)
             else:
                 out, metric = count_flops(self.settings.flops, self._synced, stage, x)
@@ -197,6 +211,9 @@ class StageMeasurer:
             # deterministic models give one count per sample; the mean is what upstream reports
             result.metrics["flops"] = Metric(sum(values) / len(values), flop_counts[0].method,
                                              details={"per_sample": values, **{k: v for k, v in flop_counts[0].details.items() if k != "by_op"}})
+            mark_uncounted(result.metrics["flops"], [m.details for m in flop_counts])
+            if self.settings.flops == "torch-strict":
+                result.metrics["flops"] = strict_flops(result.metrics["flops"])
         instructions = self.instructions.measure(stage, inputs)  # valgrind child; None when off
         if instructions is not None:
             result.metrics["instructions"] = instructions

@@ -218,7 +218,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
     Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
-    Setting("flops", choice("torch", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level), papi (hardware counters), off"),
+    Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi (hardware counters), off"),
     Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
     Setting("min_rounds", positive_int, None, "timed rounds at least: the dataset is cycled until N rounds ran (default: samples x repeat)", metavar="N"),
     Setting("target_precision", positive_float, None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),

@@ -11,18 +11,32 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.record import Metric
 from pytest_s2st.measure.tensor_memory import TORCH_METHOD, TORCH_NOTE, probe_call  # torch-free at import
 
-METHODS = ("torch", "papi", "off")
+METHODS = ("torch", "torch-strict", "papi", "off")
 PAPI_EVENTS = ("PAPI_SP_OPS", "PAPI_DP_OPS")
 
 
 def count_flops(method: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, Metric]:
-    if method == "torch":
-        return _torch_flops(fn, args, kwargs)
+    if method in ("torch", "torch-strict"):
+        result, metric = _torch_flops(fn, args, kwargs)
+        return result, strict_flops(metric) if method == "torch-strict" else metric
     if method == "papi":
         return _papi_flops(fn, args, kwargs)
     if method == "off":
         return fn(*args, **kwargs), Metric.missing("off", "FLOP counting disabled (--s2st-flops=off)")
     raise S2STError(f"--s2st-flops={method}: unknown method, expected one of {', '.join(METHODS)}")
+
+
+def uncounted_text(details: dict) -> str:
+    """'aten.x x3, aten.y x1': the matmul-class ops a torch count left out, with their calls."""
+    return ", ".join(f"{op} x{calls}" for op, calls in (details.get("uncounted") or {}).items())
+
+
+def strict_flops(metric: Metric) -> Metric:
+    """--s2st-flops=torch-strict: a partial count is no count (n/a, naming what was left out)."""
+    if metric.value is None or not metric.details.get("partial"):
+        return metric
+    return Metric.missing(metric.method, f"partial count under --s2st-flops=torch-strict: no FLOP formula for "
+                                         f"{uncounted_text(metric.details)} (calls)")
 
 
 def _torch_flops(fn, args, kwargs) -> tuple[Any, Metric]:

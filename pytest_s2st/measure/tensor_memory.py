@@ -26,6 +26,8 @@ import weakref
 from collections import defaultdict
 from typing import Any, Callable
 
+from pytest_s2st.measure.attention_flops import FORMULAS as EXTRA_FORMULAS
+from pytest_s2st.measure.attention_flops import NO_ARITHMETIC_NOTE, has_arithmetic
 from pytest_s2st.measure.record import Metric
 
 MIB = 2**20
@@ -34,7 +36,8 @@ TENSOR_NOTE = ("peak bytes of tensor storages created during the call and alive 
                "their last tensor dies); pre-existing storages and kernels' internal scratch are not counted")
 METHODS = ("dispatch", "off")
 TORCH_METHOD = "torch.utils.flop_counter"  # the FLOPs' method: that module's formulas and rules
-TORCH_NOTE = "analytic count of matmul/conv/SDPA ops only (2*m*n*k per matmul); elementwise ops count 0"
+TORCH_NOTE = ("analytic count of matmul/conv/attention ops only (2*m*n*k per matmul; causal attention counts the "
+              f"full square); {NO_ARITHMETIC_NOTE}; matmul-class ops without a formula are listed under 'uncounted'")
 
 _mode_class: type | None = None
 _fast_class: type | None = None
@@ -85,11 +88,13 @@ def _probe_class() -> type:
         return None
 
     def _formula(func):
-        """flop_registry's formula for func's packet; formulas behind flop_counter.shape_wrapper are unwrapped
-        and given shapes by _shape (the same values the wrapper's tree_map makes, without pytree)."""
+        """flop_registry's formula for func's packet, else attention_flops' (the kernels torch leaves out); formulas
+        behind flop_counter.shape_wrapper are unwrapped and given shapes by _shape (the same values the wrapper's
+        tree_map makes, without pytree)."""
         formula = flop_registry.get(func._overloadpacket)
         if formula is None:
-            return None
+            formula = EXTRA_FORMULAS.get(str(func._overloadpacket))
+            return None if formula is None else (formula, False)
         if getattr(formula, "__code__", None) is shape_wrapper_code and hasattr(formula, "__wrapped__"):
             return formula.__wrapped__, True
         return formula, False
@@ -98,7 +103,10 @@ def _probe_class() -> type:
         formula, takes_shapes = _formula(func) or (None, False)
         # no return aliases an input (no "Tensor(a)" in the schema): every output is a storage made by the op
         fresh = all(r.alias_info is None for r in func._schema.returns)
-        return (func, func in skipped, _decomposition(func), formula, takes_shapes, func._overloadpacket, fresh)
+        # matmul-class arithmetic without a formula: named in the metric, never a silent 0
+        uncounted = formula is None and has_arithmetic(str(func._overloadpacket))
+        return (func, func in skipped, _decomposition(func), formula, takes_shapes, func._overloadpacket, fresh,
+                uncounted)
 
     def _shape(x):
         # flop_counter.get_shape mapped over a pytree: tensors become their shapes, containers keep their type
@@ -133,6 +141,8 @@ def _probe_class() -> type:
             super().__init__()
             self.flops, self.tensors = flops, tensors
             self.by_op: dict[Any, int] = defaultdict(int)
+            self.uncounted: dict[Any, int] = defaultdict(int)  # op packet -> calls that did arithmetic uncounted
+            self.kernels: dict[Any, int] | None = None  # set to a defaultdict(int): op packet -> calls run undecomposed
             self.ops = 0
             self.live = 0
             self.peak = 0
@@ -198,7 +208,7 @@ def _probe_class() -> type:
             plan = plans.get(id(func))
             if plan is None or plan[0] is not func:
                 plan = plans[id(func)] = _plan(func)
-            _, skip, decompose, formula, takes_shapes, packet, fresh = plan
+            _, skip, decompose, formula, takes_shapes, packet, fresh, uncounted = plan
             if skip:
                 return NotImplemented
             self.ops += 1
@@ -208,13 +218,25 @@ def _probe_class() -> type:
                 push(self)
                 try:
                     out = decompose(*args, **kwargs)
+                except RuntimeError:
+                    # a composite kernel cannot split an op on a jagged nested tensor (ragged sizes): the op
+                    # runs whole, as the tensor's own dispatch does without this mode (no cost when nothing fails)
+                    if not any(isinstance(a, tensor_type) and a.is_nested for a in args):
+                        raise
+                    out = NotImplemented
                 finally:
                     pop(None)
                 if out is not NotImplemented:
                     return out
             out = func(*args, **kwargs)
+            if self.kernels is not None:
+                self.kernels[packet] += 1
             if formula is not None and self.flops:
-                if takes_shapes:
+                if takes_shapes and any(a.is_nested for a in args if isinstance(a, tensor_type)):
+                    # a nested (ragged) operand: torch's shape formulas would read its symbolic length as one
+                    # number; listed uncounted rather than counted wrong (attention_flops' formulas take nesting)
+                    n = None
+                elif takes_shapes:
                     shapes = (packet, _shape(args), _shape(out), tuple(_shape(kwargs).items()))
                     try:
                         n = counts[shapes]
@@ -226,7 +248,12 @@ def _probe_class() -> type:
                         n = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
                 else:
                     n = formula(*args, **kwargs, out_val=out)
-                self.by_op[packet] += n
+                if n is None:  # this call cannot be counted (a nested operand, an unsupported layout)
+                    self.uncounted[packet] += 1
+                else:
+                    self.by_op[packet] += n
+            elif uncounted and self.flops:
+                self.uncounted[packet] += 1
             if self.tensors:
                 if isinstance(out, tensor_type):
                     self._track(out, args, kwargs, fresh)
@@ -297,7 +324,11 @@ def torch_flops_metric(probe: Any) -> Metric:
         )
     by_op = {str(op): int(n) for op, n in probe.by_op.items()}
     details = {"by_op": by_op, "dispatched_ops": probe.ops, "note": TORCH_NOTE,
-               "counter": "one dispatch mode with torch.utils.flop_counter's formulas, no module tracking"}
+               "counter": "one dispatch mode with torch.utils.flop_counter's formulas and attention_flops', "
+                          "no module tracking"}
+    if probe.uncounted:  # a lower bound: say which ops were left out, and how often
+        details["uncounted"] = {str(op): int(n) for op, n in sorted(probe.uncounted.items(), key=str)}
+        details["partial"] = True
     return Metric(int(sum(by_op.values())), TORCH_METHOD, details=details)
 
 
