@@ -122,8 +122,10 @@ def test_both_handler_paths_count_like_flop_counter_mode(grad):
                 _attention_and_conv(x)
             results.append((dict(probe.by_op), probe.peak))
     assert results[0] == results[1]
-    assert {str(k): v for k, v in results[0][0].items()} == {
-        str(k): v for k, v in reference.get_flop_counts()["Global"].items()} and reference.get_total_flops() > 0
+    ours = {str(k): v for k, v in results[0][0].items()}
+    # the CPU SDPA kernel has no formula in torch (FlopCounterMode: 0); attention_flops counts it on top
+    assert ours.pop("aten._scaled_dot_product_flash_attention_for_cpu") > 0
+    assert ours == {str(k): v for k, v in reference.get_flop_counts()["Global"].items()} and reference.get_total_flops() > 0
 
 
 def test_a_fresh_process_takes_the_unwrapped_handler_and_a_compiled_function_still_counts():
