@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= auto
 BENCH_ARGS ?=
 
-.PHONY: test bench install sysdeps clean
+.PHONY: test bench bench-power install sysdeps clean
 
 install: $(STAMP)
 
@@ -50,6 +50,10 @@ test: install sysdeps
 
 bench: install
 	$(PY) -m pytest benchmarks $(BENCH_ARGS)
+
+# the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): skipped by `make bench`
+bench-power: install
+	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -s $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .benchmarks .pytest_cache

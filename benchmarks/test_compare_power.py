@@ -14,7 +14,7 @@ Each run times 40 rounds (8 samples x 5 repeats); the FLOPs and memory passes ar
 Asserted (stable on any machine): the instruction count raises 0 false alarms and detects 20/20;
 significance raises no more false alarms than the plain threshold. The runtime rates are printed.
 
-    .venv/bin/python -m pytest -p no:cacheprovider benchmarks/test_compare_power.py -s
+    S2ST_POWER=1 .venv/bin/python -m pytest -p no:cacheprovider benchmarks/test_compare_power.py -s   (make bench-power)
 """
 from __future__ import annotations
 
@@ -25,8 +25,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pytest_s2st.report import compared_rows, regressions, rows_from
 from pytest_s2st.settings import CompareLimit
+
+# ~6 min (instruction count) + ~2 x 10 min (runtime between runs) on a 2-core VM: not in `make bench`
+pytestmark = pytest.mark.skipif(os.environ.get("S2ST_POWER") != "1",
+                                reason="the power benchmark runs hundreds of processes (~25 min): S2ST_POWER=1 "
+                                       "(make bench-power) runs it")
 
 PAIRS = 20
 WORK_A, WORK_B = 10, 11   # +10 % work
@@ -155,3 +162,76 @@ def test_compare_power_with_a_cpu_hog(tmp_path, benchmark, timing_target):
 
     assert false_alarms["instructions:1%"] == 0 and detected["instructions:1%"] == PAIRS, lines
     timing_target(false_alarms["runtime_s:5% significance"] <= false_alarms["runtime_s:5% plain"], "; ".join(lines))
+
+
+# --- the runtime verdict between runs: several processes per side (significance.compare_runs) ---------------------
+RUNS = 5  # processes per side; the verdicts at 3 and at 1 run per side are read from the first 3 / first 1
+
+
+def side(runs: list[dict]) -> dict:
+    """A side of RUNS repeat processes, folded as `s2st-merge --repeats` folds them."""
+    from pytest_s2st.distribute import fold_repeats
+
+    return fold_repeats([{"fullname": "power", "extra_info": {"s2st": m}} for m in runs])
+
+
+def runtime_verdicts(old: list[dict], new: list[dict]) -> dict[str, bool]:
+    from pytest_s2st.significance import compare_rounds
+
+    flagged = {}
+    limit = [CompareLimit("runtime_s", 5.0, True)]
+    for k in (1, 3, RUNS):
+        a, b = side(old[:k]), side(new[:k])
+        rows = rows_from("power", "power", b["extra_info"]["s2st"])
+        flagged[f"runtime_s:5%, {k} run{'s' if k > 1 else ''} per side"] = bool(regressions(rows, compared_rows(a), limit))
+    # what compare did before: a bootstrap over the rounds of one run per side
+    before = compare_rounds(old[0]["metrics"]["runtime_s"]["details"]["rounds_s"],
+                            new[0]["metrics"]["runtime_s"]["details"]["rounds_s"])
+    plain = limit[0].exceeded(old[0]["metrics"]["runtime_s"]["value"], new[0]["metrics"]["runtime_s"]["value"])
+    flagged["(before) rounds bootstrap, 1 run per side"] = before.word == "slower" and plain is not None
+    return flagged
+
+
+@pytest.mark.parametrize("hog", [False, True], ids=["quiet", "cpu-hog"])
+def test_runtime_verdict_between_runs(tmp_path, benchmark, timing_target, hog):
+    """20 A/A and 20 A/B (+10 % work) comparisons of sides of RUNS separate processes each (41 sides,
+    interleaved A0 B0 A1 B1 ... run by run), judged by --s2st-compare-fail=runtime_s:5% at 1, 3 and RUNS runs per
+    side; with and without a busy-loop process beside them. No instruction count (it is the first benchmark's)."""
+    runner = tmp_path / "ci_run.py"
+    runner.write_text(RUN_PY.replace('instructions="callgrind"', 'instructions="off"'))
+    config_a, config_b = checkout(tmp_path / "A", WORK_A), checkout(tmp_path / "B", WORK_B)
+    hog_proc = subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) if hog else None
+    start = time.perf_counter()
+    sides_a: list[list[dict]] = [[] for _ in range(PAIRS + 1)]
+    sides_b: list[list[dict]] = [[] for _ in range(PAIRS)]
+    try:
+        for i in range(PAIRS + 1):
+            for r in range(RUNS):
+                sides_a[i].append(ci_run(runner, config_a, tmp_path / f"a{i}-{r}.json"))
+                if i < PAIRS:
+                    sides_b[i].append(ci_run(runner, config_b, tmp_path / f"b{i}-{r}.json"))
+    finally:
+        if hog_proc is not None:
+            hog_proc.kill()
+            hog_proc.wait(timeout=10)
+    wall_s = time.perf_counter() - start
+    aa = [runtime_verdicts(sides_a[i], sides_a[i + 1]) for i in range(PAIRS)]
+    ab = [runtime_verdicts(sides_a[i], sides_b[i]) for i in range(PAIRS)]
+    gates = list(aa[0])
+    false_alarms = {g: sum(r[g] for r in aa) for g in gates}
+    detected = {g: sum(r[g] for r in ab) for g in gates}
+    means = [m["metrics"]["runtime_s"]["value"] for s in sides_a for m in s]
+    spread = (max(means) - min(means)) / min(means)
+    b_over_a = (sum(m["metrics"]["runtime_s"]["value"] for s in sides_b for m in s) / (PAIRS * RUNS)) / (
+        sum(means) / len(means))
+    lines = [f"runtime verdict between runs ({'CPU hog beside' if hog else 'no hog'}): {PAIRS} A/A and {PAIRS} A/B "
+             f"(+10 % work), sides of {RUNS} processes x {SAMPLES * REPEAT} rounds, {len(means) + PAIRS * RUNS} "
+             f"processes in {wall_s:.0f} s; A run means spread {100 * spread:.1f} % (max-min)/min, B/A {b_over_a:.3f}",
+             f"{'gate':<44}{'false alarms (A/A)':>20}{'detected (A/B)':>16}"]
+    lines += [f"{g:<44}{false_alarms[g]:>14}/{PAIRS:<5}{detected[g]:>10}/{PAIRS:<5}" for g in gates]
+    print("\n" + "\n".join(lines))
+    benchmark.extra_info.update(false_alarms=false_alarms, detected=detected, pairs=PAIRS, runs_per_side=RUNS,
+                                hog=hog, wall_s=wall_s, run_mean_spread=spread, b_over_a=b_over_a)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the record above is the result
+    assert false_alarms["runtime_s:5%, 1 run per side"] == detected["runtime_s:5%, 1 run per side"] == 0, lines
+    timing_target(false_alarms[f"runtime_s:5%, {RUNS} runs per side"] <= 1, "; ".join(lines))

@@ -117,9 +117,42 @@ def _differing(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str]) 
     return [f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
-def merge_saved_runs(paths: Sequence[str | Path]) -> dict[str, Any]:
+def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One benchmark from its repeat runs (separate processes, one commit): the first run's row, whose runtime
+    (the benchmark's and each stage's) becomes the mean of the runs' means, each run's mean kept in
+    ``runs_s`` and every round in ``rounds_s``: compare judges a change between runs against them
+    (significance.compare_runs)."""
+    import copy
+
+    folded = copy.deepcopy(benches[0])
+    s2st = (folded.get("extra_info") or {}).get("s2st")
+    if not s2st:
+        return folded
+    sides = [(b.get("extra_info") or {}).get("s2st") or {} for b in benches]
+
+    def fold(metrics: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        entries = [p.get("runtime_s") or {} for p in parts]
+        means = [e.get("value") for e in entries]
+        if "runtime_s" not in metrics or any(not isinstance(m, (int, float)) for m in means):
+            return  # a run without a runtime: nothing to fold, the first run's row stands
+        entry = metrics["runtime_s"]
+        entry["value"] = sum(means) / len(means)
+        details = entry.setdefault("details", {})
+        details["runs_s"] = [float(m) for m in means]
+        details["rounds_s"] = [r for e in entries for r in ((e.get("details") or {}).get("rounds_s") or ())]
+        details["rounds"] = len(details["rounds_s"])
+
+    fold(s2st.get("metrics", {}), [s.get("metrics", {}) for s in sides])
+    for i, stage in enumerate(s2st.get("stages", [])):
+        fold(stage.get("metrics", {}), [((s.get("stages") or [])[i:i + 1] or [{}])[0].get("metrics", {}) for s in sides])
+    return folded
+
+
+def merge_saved_runs(paths: Sequence[str | Path], repeats: bool = False) -> dict[str, Any]:
     """One run holding every shard's rows; refuses (S2STError, one line) what cannot form one run:
-    a different machine kind/Python or commit, another pytest-benchmark version, a row in two files."""
+    a different machine kind/Python or commit, another pytest-benchmark version, a row in two files.
+    With ``repeats`` the files are repeat runs of the same benchmarks instead: each benchmark must be in every
+    file once, and its rows fold into one (fold_repeats)."""
     if len(paths) < 2:
         raise S2STError("s2st-merge: give two or more saved runs (pytest-benchmark JSON files) to merge")
     runs = [(Path(p), load_saved_run(p)) for p in paths]
@@ -139,7 +172,14 @@ def merge_saved_runs(paths: Sequence[str | Path]) -> dict[str, Any]:
         if run.get("version") != first.get("version"):
             raise S2STError(f"{path}: saved by pytest-benchmark {run.get('version')!r}, {first_path} by "
                             f"{first.get('version')!r}")
-        for bench in run["benchmarks"]:
+        if repeats:
+            names = [b["fullname"] for b in run["benchmarks"]]
+            first_names = [b["fullname"] for b in first["benchmarks"]]
+            if sorted(names) != sorted(first_names) or len(set(names)) != len(names):
+                other = sorted(set(names) ^ set(first_names))[:3] or sorted({n for n in names if names.count(n) > 1})[:3]
+                raise S2STError(f"{path}: --repeats needs the same benchmarks once in every run; {first_path} "
+                                f"differs from it in {', '.join(map(repr, other))}")
+        for bench in ([] if repeats else run["benchmarks"]):
             name = bench["fullname"]
             if name in owner:
                 where = "twice in it" if owner[name] == path else f"also in {owner[name]}"
@@ -149,6 +189,9 @@ def merge_saved_runs(paths: Sequence[str | Path]) -> dict[str, Any]:
         shards.append({"file": path.name, "benchmarks": len(run["benchmarks"]), "datetime": run.get("datetime"),
                        "node": run["machine_info"].get("node"),
                        "cpu": (run["machine_info"].get("cpu") or {}).get("brand_raw")})
+    if repeats:
+        by_name = [{b["fullname"]: b for b in run["benchmarks"]} for _, run in runs]
+        benchmarks = [fold_repeats([r[b["fullname"]] for r in by_name]) for b in first["benchmarks"]]
     machine_info = dict(first["machine_info"])
     machine_info["s2st_merged_from"] = shards  # where each shard ran (runners of a matrix may differ)
     return {

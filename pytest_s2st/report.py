@@ -163,14 +163,27 @@ def _rounds(metrics: Mapping[str, Any], key: str) -> list[float] | None:
     return ((metrics.get(key) or {}).get("details") or {}).get("rounds_s")
 
 
+def _run_means(metrics: Mapping[str, Any]) -> list[float] | None:
+    """The per-run mean runtimes of a row: several after ``s2st-merge --repeats``, else its one run's mean
+    (None when it kept no timed rounds: saved before rounds were)."""
+    entry = metrics.get("runtime_s") or {}
+    runs = (entry.get("details") or {}).get("runs_s")
+    if runs:
+        return [float(v) for v in runs]
+    if not _rounds(metrics, "runtime_s") or entry.get("value") is None:
+        return None
+    return [float(entry["value"])]
+
+
 def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
-    """The significance of a runtime change from both runs' timed rounds, or None when a side kept none."""
-    before, after = _rounds(old, "runtime_s"), _rounds(new, "runtime_s")
+    """The significance of a runtime change between the runs of both sides (significance.compare_runs), or None
+    when a side kept no timed rounds."""
+    before, after = _run_means(old), _run_means(new)
     if not before or not after:
         return None
-    from .significance import compare_rounds
+    from .significance import compare_runs
 
-    return compare_rounds(before, after)
+    return compare_runs(before, after)
 
 
 def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -1,6 +1,16 @@
-"""Is a runtime change real? Timed rounds of two runs -> ratio, confidence interval, and a word (pytest-free).
+"""Is a runtime change real? Runs of two sides -> ratio, confidence interval, and a word (pytest-free).
 
-As criterion does: resample each run's rounds with replacement (bootstrap), take the ratio of the
+Between runs (``compare_runs``, what compare and --s2st-compare-fail use): the rounds inside one run measure the
+noise *within* that process, not the drift *between* processes (another process, another page layout, another
+neighbour on the machine): on identical code, one run against another was called significant 17 times in 37.
+So, as pyperf does (several processes, their means compared), the interval is built from each run's mean: a
+Welch t interval on the logs of the per-run means of each side (both sides' spreads, MIN_RUNS or more runs per
+side), the word "slower"/"faster" only when it excludes 1 and the ratio is past NOISE. With fewer runs the
+ratio is shown and the word is "cannot tell from one run per side": nothing is claimed. Repeat runs of one
+commit become one saved run with ``s2st-merge --repeats`` (distribute.fold_repeats).
+
+Within one process (``compare_rounds``, for interleaved passes of one run, e.g. the cost benchmark):
+as criterion does: resample each run's rounds with replacement (bootstrap), take the ratio of the
 means each time, and read the 95 % percentile interval of those ratios. The change is
 - "slower" / "faster" when the interval excludes 1 and the ratio is past the noise threshold,
 - "no significant change" otherwise, and
@@ -21,6 +31,11 @@ NOISE = 0.02            # |ratio - 1| below this is noise even when the interval
 SEED = 20261201
 
 SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few rounds"
+MIN_RUNS = 3            # per side, for a verdict between runs
+CANNOT_TELL = "cannot tell from one run per side"
+# two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: interpolated to the normal's 1.960)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,7 @@ class Change:
     high: float | None = None
     word: str = TOO_FEW
     rounds: tuple[int, int] = (0, 0)  # (old, new)
+    runs: tuple[int, int] | None = None  # (old, new) runs, for a comparison between runs
 
     @property
     def significant(self) -> bool:
@@ -38,6 +54,12 @@ class Change:
     def describe(self) -> str:
         if self.ratio is None:
             return "n/a"
+        if self.runs is not None:
+            runs = f"{self.runs[0]}/{self.runs[1]} runs"
+            if self.low is None:
+                what = self.word if self.runs == (1, 1) else f"cannot tell from {runs}"
+                return f"x{self.ratio:.3f}, {what} (need {MIN_RUNS} runs per side: s2st-merge --repeats)"
+            return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word} ({runs})"
         if self.low is None:
             return f"x{self.ratio:.3f}, {self.word} ({self.rounds[0]}/{self.rounds[1]} rounds, need {MIN_ROUNDS})"
         return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word}"
@@ -64,3 +86,38 @@ def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
     else:
         word = SAME
     return Change(ratio, low, high, word, rounds)
+
+
+def t975(df: float) -> float:
+    if df >= len(T975):
+        return 1.960 + (T975[-1] - 1.960) * len(T975) / df  # t - z shrinks as 1/df
+    lo = max(1, int(df))
+    frac = df - lo
+    return T975[lo - 1] + frac * (T975[min(lo, len(T975) - 1)] - T975[lo - 1])
+
+
+def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
+    """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs."""
+    o = np.asarray([float(v) for v in old], dtype=np.float64)
+    n = np.asarray([float(v) for v in new], dtype=np.float64)
+    runs = (int(o.size), int(n.size))
+    if o.size == 0 or n.size == 0 or (o <= 0).any() or (n <= 0).any():
+        return Change(None, runs=runs)
+    ratio = float(n.mean() / o.mean())
+    if o.size < MIN_RUNS or n.size < MIN_RUNS:
+        return Change(ratio, word=CANNOT_TELL, runs=runs)
+    lo_, ln = np.log(o), np.log(n)
+    vo, vn = lo_.var(ddof=1) / o.size, ln.var(ddof=1) / n.size
+    se = float(np.sqrt(vo + vn))
+    # Welch-Satterthwaite degrees of freedom; identical runs (se 0) leave the interval a point
+    df = (vo + vn) ** 2 / (vo ** 2 / (o.size - 1) + vn ** 2 / (n.size - 1)) if se > 0 else float(o.size + n.size - 2)
+    centre = float(ln.mean() - lo_.mean())
+    half = t975(df) * se
+    low, high = float(np.exp(centre - half)), float(np.exp(centre + half))
+    if low > 1 and ratio > 1 + NOISE:
+        word = SLOWER
+    elif high < 1 and ratio < 1 - NOISE:
+        word = FASTER
+    else:
+        word = SAME
+    return Change(ratio, low, high, word, runs=runs)

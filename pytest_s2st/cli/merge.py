@@ -26,11 +26,15 @@ def main(argv: list[str] | None = None) -> int:
                     "benchmark present in two files.")
     parser.add_argument("runs", nargs="+", type=Path, help="saved runs (pytest-benchmark JSON), two or more")
     parser.add_argument("-o", "--output", type=Path, required=True, help="merged JSON to write (parents created)")
+    parser.add_argument("--repeats", action="store_true",
+                        help="the runs are repeat processes of the same benchmarks (not shards): each benchmark's "
+                             "runtime becomes the mean of its runs, each run's mean kept, so that compare can tell "
+                             "a change from the drift between runs (3 or more runs per side)")
     args = parser.parse_args(argv)
     from ..distribute import merge_saved_runs
 
     try:
-        merged = merge_saved_runs(args.runs)
+        merged = merge_saved_runs(args.runs, repeats=args.repeats)
         if args.output.exists() and args.output.is_dir():
             raise S2STError(f"-o {args.output}: is a directory")
         if any(args.output.resolve() == p.resolve() for p in args.runs):
