@@ -399,7 +399,10 @@ def test_ttfa_is_the_first_non_empty_audio_not_the_first_byte(tmp_path):
     assert r["status"] == "ok", r["error"]
     ttfa = runs.request_metrics(r)["ttfa_s"]
     expected = sent["first_audio"] - result.t0_perf - r["send_t"]
-    assert ttfa >= 0.6 and abs(ttfa - expected) < 0.005, (ttfa, expected)
+    # robust by construction: the client stamps the audio after the server stamped its send (one clock, so never
+    # before it), and the events it must not be confused with are 0.3 s away: any stamp within half of that
+    # gap is this event, whatever the scheduler's delay (the 5 ms window this replaces failed 1 in 3 under load)
+    assert ttfa >= 0.6 and expected - 1e-6 <= ttfa < expected + 0.15, (ttfa, expected)
     assert [n for _, n in r["chunks"]] == [0, 8] and r["chunks"][1][0] == r["first_audio_t"]
     assert result.summary["ttfa_s"]["mean"] == pytest.approx(ttfa)
 
