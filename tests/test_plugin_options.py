@@ -31,6 +31,7 @@ VALUES = {
     "tensor_memory": ("off", "off"),
     "instructions": ("callgrind", "callgrind"),
     "min_rounds": ("4", 4),
+    "runtime_protocol": ("upstream", "upstream"),
     "target_precision": ("0.5", 0.5),
     "max_time": ("2.5", 2.5),
     "dump_dir": ("dumps", "dumps"),
