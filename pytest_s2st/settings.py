@@ -212,7 +212,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...)", metavar="TYPE"),
     Setting("dataset_path", text, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
     Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
-    Setting("dataset_size", positive_int, None, "use only the first N samples", metavar="N"),
+    Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream)", metavar="N"),
     Setting("repeat", positive_int, 1, "timed runs per sample (runtime is their mean)", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
     Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),

@@ -362,12 +362,20 @@ def _guard_griffin_lim(vocoder: Any, ns: Namespace, where: str) -> None:
     gl = vocoder.gl_transform
     need = gl.n_fft // 2 // gl.hop_length + 2
 
+    limit = getattr(ns, "max_target_positions", None)
+
     def check(_module, args):
         frames = int(args[0].shape[-2])  # (B x) T x n_mels
-        if frames < need:
-            raise S2STError(f"{where}: the model emitted {frames} frame(s); Griffin-Lim needs at least {need} "
-                            f"(n_fft {gl.n_fft}, hop {gl.hop_length}): raise max_target_positions (now "
-                            f"{getattr(ns, 'max_target_positions', None)}) or use a trained model")
+        if frames >= need:
+            return
+        head = (f"{where}: the model emitted {frames} frame(s); Griffin-Lim needs at least {need} "
+                f"(n_fft {gl.n_fft}, hop {gl.hop_length})")
+        if isinstance(limit, int) and frames >= limit:  # cut by the length limit
+            raise S2STError(f"{head}: the output was cut at max_target_positions {limit}: raise it")
+        # the decoder predicted end-of-sequence early: a longer limit changes nothing
+        raise S2STError(f"{head}: the decoder predicted end-of-sequence after {frames} frame(s), below "
+                        f"max_target_positions {limit}; an untrained or mismatched model stops early: "
+                        "use a trained model or inputs it speaks longer on")
 
     vocoder.register_forward_pre_hook(check)
 
