@@ -257,7 +257,9 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
                                  tensor_memory=settings["tensor_memory"], min_rounds=settings["min_rounds"],
                                  target_precision=settings["target_precision"], max_time=settings["max_time"],
                                  protocol=settings["runtime_protocol"], fill_time=state.fill_time,
-                                 case=case.to_dict() if case is not None and settings["instructions"] != "off" else None)
+                                 isolate=settings["isolate"],
+                                 case=case.to_dict() if case is not None and (settings["instructions"] != "off"
+                                                                              or settings["isolate"]) else None)
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:

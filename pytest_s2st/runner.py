@@ -60,6 +60,7 @@ class RunSettings:
     case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
     protocol: str = "warm"    # runtime protocol: a key of PROTOCOLS
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
+    isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
 
 
 @dataclass
@@ -205,7 +206,7 @@ class StageMeasurer:
             self._synced(stage, inputs[0])
 
         outputs: list[Any] | None = None
-        if self.settings.memory != "off" or device.name != "cpu":
+        if not self.settings.isolate and (self.settings.memory != "off" or device.name != "cpu"):
             per_sample, device_peaks, outputs = [], [], []
             for i, x in enumerate(inputs):
                 self._tick(stage.name, "memory", i, len(inputs))
@@ -424,6 +425,20 @@ def _chain_warm_up(stages: Sequence[Any], first: Any, times: int, sync: Callable
                 x = stage.to_next_input(out)
 
 
+def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Sequence[Any]) -> None:
+    """--s2st-isolate: the stages' memory metrics from a fresh process (measure/isolated.py)."""
+    if not settings.isolate or settings.memory == "off":
+        return
+    from .measure.isolated import isolated_memory
+
+    measurement.info["memory_isolated"] = True
+    results = isolated_memory(settings.case, inputs, method=settings.memory, warmup=settings.warmup,
+                              threads=settings.threads, seed=settings.seed, stages=len(measurement.stages),
+                              device=settings.device.name)
+    for result, metrics in zip(measurement.stages, results):
+        result.metrics.update(metrics)
+
+
 def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
                      drive_timing: Callable[[TimedRounds], str] | None = None,
                      measurement: Measurement | None = None, progress: Progress | None = None) -> Measurement:
@@ -473,6 +488,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
                 sync()
             warmed.append(len(firsts))
         measurement.info["warmed_shapes"] = warmed  # per stage: distinct input shapes called before timing
+        _isolated_memory(measurement, settings, inputs)  # a child process: nothing of it runs beside timing
 
     policy = RoundPolicy(len(samples) * settings.repeat, min_rounds_for(settings), settings.target_precision,
                          settings.max_time, fill_time=settings.fill_time)
@@ -489,6 +505,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
             result, outputs = measurer.measure(stage, xs, warm_up=False)
             measurement.stages.append(result)
         measurement.outputs = outputs
+        _isolated_memory(measurement, settings, inputs)
     method = f"timer:{timer}"
     for result, metric in zip(measurement.stages, rounds.runtime_metrics(method)):
         metric.details["device"] = settings.device.name

@@ -224,6 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
     Setting("target_precision", positive_float, None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),
     Setting("max_time", positive_float, 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
+    Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
     Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
     Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),

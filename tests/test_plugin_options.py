@@ -37,6 +37,7 @@ VALUES = {
     "dump_dir": ("dumps", "dumps"),
     "compare_fail": ("flops:1%", ["flops:1%"]),
     "strict": ("true", True),
+    "isolate": ("true", True),
     "concurrency": ("3,5", [3, 5]),
     "endpoint": ("http://127.0.0.1:9/v1/audio/speech", "http://127.0.0.1:9/v1/audio/speech"),
     "workload": ("wl.jsonl", "wl.jsonl"),
