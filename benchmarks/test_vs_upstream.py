@@ -46,3 +46,54 @@ def test_session_vs_upstream(benchmark, timing_target):
     timing_target(result["ratio"] <= TARGET_RATIO, (
         f"our session {result['ours_wall_s']:.1f} s is {result['ratio']:.2f}x upstream's "
         f"{result['upstream_wall_s']:.1f} s (target <= {TARGET_RATIO}x)"))
+
+
+VARIED_SIZE = 8  # speech samples of 40-80 frames: the unit vocoder meets a new input length on most of them
+PARITY_ROUNDS = 3
+PARITY_BAND = (0.8, 1.25)  # ours (upstream protocol) / upstream, per stage: within the machine's noise
+
+
+def varied_config(tmp_path: Path) -> Path:
+    """The staged S2UT (+ CodeHiFiGAN with durations) config over VARIED_SIZE samples, paths absolute."""
+    import yaml
+
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    source = next(c for c in default_configs() if c.stem == "S2UT")
+    doc = yaml.safe_load(source.read_text())
+
+    def absolute(section: dict) -> dict:
+        return {k: str((source.parent / v).resolve()) if isinstance(v, str) and v.startswith("..") else v
+                for k, v in section.items()}
+
+    doc = {key: absolute(value) for key, value in doc.items()}
+    doc["general"]["dataset_size"] = VARIED_SIZE
+    doc["general"]["name"] = "tiny-varied"
+    path = tmp_path / "S2UT.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_upstream_protocol_times_what_upstream_times(tmp_path, timing_target):
+    """Issue 23: per stage, our runtime per sample under --s2st-runtime-protocol upstream equals
+    get_metrics.py's (ratio within PARITY_BAND, medians of interleaved rounds: ours-upstream, upstream,
+    ours-warm); under the warm protocol the vocoder, which upstream times cold on each new length, is faster."""
+    config = varied_config(tmp_path)
+    compare_upstream.check_configs([config], VARIED_SIZE)
+    ours_upstream, theirs, ours_warm = [], [], []
+    for _ in range(PARITY_ROUNDS):
+        ours_upstream.append(compare_upstream.run_ours([config], tests=TESTS, dataset_size=VARIED_SIZE,
+                                                       threads=THREADS, protocol="upstream"))
+        theirs.append(compare_upstream.run_upstream([config], threads=THREADS))
+        ours_warm.append(compare_upstream.run_ours([config], tests=TESTS, dataset_size=VARIED_SIZE,
+                                                   threads=THREADS, protocol="warm"))
+    same = compare_upstream.compare_runtime(ours_upstream, theirs)["S2UT"]
+    warm = compare_upstream.compare_runtime(ours_warm, theirs)["S2UT"]
+    ratios = {stage: round(v["ratio"], 3) for stage, v in same.items()}
+    warm_ratios = {stage: round(v["ratio"], 3) for stage, v in warm.items()}
+    print(f"\nper-sample runtime / upstream's: upstream protocol {ratios}; warm protocol {warm_ratios}")
+    low, high = PARITY_BAND
+    timing_target(all(low <= r <= high for r in ratios.values()),
+                  f"upstream protocol per stage {ratios}: outside {PARITY_BAND} of upstream's")
+    timing_target(warm_ratios["vocoder"] < low,
+                  f"warm protocol's vocoder {warm_ratios['vocoder']}x upstream's: not below {low}")

@@ -142,3 +142,47 @@ def pedantic_until(benchmark: Any, target: Callable[..., Any], setup: Callable[[
     except Exception:
         benchmark.has_error = True
         raise
+
+
+def given(config: Any, flag: str) -> bool:
+    """Was pytest-benchmark's ``flag`` given (command line, PYTEST_ADDOPTS or the ini addopts)? Its value
+    alone cannot say: the default of --benchmark-warmup (off on CPython) equals an explicit "off"."""
+    import os
+    import shlex
+
+    try:
+        addopts = list(config.getini("addopts"))
+    except (ValueError, KeyError):
+        addopts = []
+    args = [*map(str, config.invocation_params.args), *shlex.split(os.environ.get("PYTEST_ADDOPTS", "")), *addopts]
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def benchmark_twins(config: Any) -> tuple[dict[str, Any], list[str]]:
+    """pytest-benchmark's own round options, for s2st benchmarks: ({s2st setting: value}, refusals).
+
+    --benchmark-min-rounds N -> min_rounds N; --benchmark-max-time S -> rounds added until S seconds
+    (its meaning: fill_time) and max_time S; --benchmark-warmup-iterations N -> warmup N; --benchmark-warmup
+    on -> nothing to change (s2st always warms up). --benchmark-warmup off, --benchmark-precision and
+    --benchmark-min-time have no s2st meaning: a refusal line each, which every s2st benchmark fails with
+    (pytest-benchmark's own tests in the session keep them)."""
+    out: dict[str, Any] = {}
+    refusals: list[str] = []
+    if given(config, "--benchmark-min-rounds"):
+        out["min_rounds"] = int(config.getoption("benchmark_min_rounds"))
+    if given(config, "--benchmark-max-time"):
+        out["max_time"] = float(config.getoption("benchmark_max_time"))
+        out["fill_time"] = True
+    if given(config, "--benchmark-warmup-iterations"):
+        out["warmup"] = max(0, int(config.getoption("benchmark_warmup_iterations")))
+    if given(config, "--benchmark-warmup") and not config.getoption("benchmark_warmup"):
+        refusals.append("--benchmark-warmup off: s2st benchmarks always warm up (every input shape before the "
+                        "timed rounds); to time each new shape cold as fairseq's get_metrics.py does, use "
+                        "--s2st-runtime-protocol upstream --s2st-warmup 0")
+    if given(config, "--benchmark-precision"):
+        refusals.append("--benchmark-precision does not drive s2st benchmarks (its interval is not theirs): use "
+                        "--s2st-target-precision FRACTION (95% t interval of the mean round) with --s2st-max-time S")
+    if given(config, "--benchmark-min-time"):
+        refusals.append("--benchmark-min-time does not apply to s2st benchmarks (a round is one sample through "
+                        "every stage, timed once): use --s2st-repeat N or --s2st-min-rounds N")
+    return out, refusals

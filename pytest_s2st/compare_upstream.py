@@ -35,6 +35,7 @@ UPSTREAM_REPEAT = 1  # get_metrics.cli_main: model.gather_all_metrics(dataset, r
 
 _FINAL = re.compile(r"^run_time = (\S+)sec \tmemory = (\S+)MiB \tflops = (\S+)\s*$", re.M)
 _STAGE_FLOPS = re.compile(r"^metric_type = count_flops\s+(.*)$", re.M)
+_STAGE_RUNTIME = re.compile(r"^metric_type = benchmark_run_time\s+(.*)$", re.M)
 _STAGE_VALUE = re.compile(r"(\w+)_metrics = (\S+)")
 _SAMPLES = re.compile(r"Benchmarked run time for \d+/(\d+) samples")
 _DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+\S+::\S+\[(.+?)\]\s*$", re.M)
@@ -61,6 +62,7 @@ class SideResult:
     samples: dict[str, int]
     per_type_wall_s: dict[str, float] = field(default_factory=dict)
     phases_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    runtime_s: dict[str, dict[str, float]] = field(default_factory=dict)  # per-sample runtime, as flops
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -106,6 +108,12 @@ def check_configs(configs: list[Path], dataset_size: int) -> None:
 
 # ---------------------------------------------------------------- upstream
 
+def _stage_values(line: str) -> dict[str, float]:
+    # S2UT without a vocoder prints "vocoder_metrics = 0", a placeholder (compute_metrics' default), not a stage
+    return {name: float(value) for name, value in _STAGE_VALUE.findall(line)
+            if not (name == "vocoder" and value == "0")}
+
+
 def parse_upstream(output: str) -> tuple[dict[str, float], int | None]:
     """({"total": flops, <stage>: flops ...}, samples) from get_metrics.py's printed lines."""
     finals = _FINAL.findall(output)
@@ -114,9 +122,21 @@ def parse_upstream(output: str) -> tuple[dict[str, float], int | None]:
     flops: dict[str, float] = {"total": float(finals[-1][2])}
     stage_line = _STAGE_FLOPS.findall(output)
     if stage_line:  # cascades print each stage's mean
-        flops.update((name, float(value)) for name, value in _STAGE_VALUE.findall(stage_line[-1]))
+        flops.update(_stage_values(stage_line[-1]))
     samples = _SAMPLES.search(output)
     return flops, int(samples.group(1)) if samples else None
+
+
+def parse_upstream_runtime(output: str) -> dict[str, float]:
+    """{"total": run_time, <stage>: seconds ...}: upstream's runtime per sample (its printed mean)."""
+    finals = _FINAL.findall(output)
+    if not finals:
+        raise ValueError("upstream printed no 'run_time = ... flops = ...' line")
+    out = {"total": float(finals[-1][0])}
+    stage_line = _STAGE_RUNTIME.findall(output)
+    if stage_line:
+        out.update(_stage_values(stage_line[-1]))
+    return out
 
 
 def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable) -> tuple[ProcessRun, dict[str, float], int | None]:
@@ -137,6 +157,7 @@ def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executa
         result.cpu_s += run.cpu_s
         result.per_type_wall_s[kind] = run.wall_s
         result.flops[kind] = flops
+        result.runtime_s[kind] = parse_upstream_runtime(run.output)
         if samples is not None:
             result.samples[kind] = samples
     return result
@@ -144,17 +165,18 @@ def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executa
 
 # ---------------------------------------------------------------- ours
 
-def parse_ours(report: dict) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
-    flops: dict[str, dict[str, float]] = {}
+def parse_ours(report: dict, metric: str = "flops") -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+    """({model_type: {"total": value, <stage>: value ...}}, {model_type: samples}) of one metric."""
+    values: dict[str, dict[str, float]] = {}
     samples: dict[str, int] = {}
     for bench in report["benchmarks"]:
         s2st = bench["extra_info"]["s2st"]
         kind = s2st["model_type"]
-        entry = {"total": s2st["metrics"]["flops"]["value"]}
-        entry.update((stage["name"], stage["metrics"]["flops"]["value"]) for stage in s2st.get("stages") or [])
-        flops[kind] = entry
+        entry = {"total": s2st["metrics"][metric]["value"]}
+        entry.update((stage["name"], stage["metrics"][metric]["value"]) for stage in s2st.get("stages") or [])
+        values[kind] = entry
         samples[kind] = s2st["samples"]
-    return flops, samples
+    return values, samples
 
 
 def parse_durations(output: str) -> dict[str, dict[str, float]]:
@@ -166,20 +188,23 @@ def parse_durations(output: str) -> dict[str, dict[str, float]]:
 
 
 def run_ours(configs: list[Path], *, tests: Path, dataset_size: int, threads: int,
-             python: str = sys.executable) -> SideResult:
+             python: str = sys.executable, protocol: str = "upstream") -> SideResult:
     with tempfile.TemporaryDirectory(prefix="s2st-vs-upstream-") as tmp:
         report = Path(tmp) / "ours.json"
         cmd = [python, "-m", "pytest", str(tests), "-q", "-p", "no:cacheprovider",
                "--s2st-dataset-size", str(dataset_size), "--s2st-repeat", str(UPSTREAM_REPEAT),
                "--s2st-warmup", str(UPSTREAM_WARMUP), "--s2st-threads", str(threads),
+               "--s2st-runtime-protocol", protocol,
                "--benchmark-json", str(report), "--durations=0", "--durations-min=0"]
         for config in configs:
             cmd += ["--s2st-config", str(config)]
         run = run_process(cmd, cwd=Path.cwd(), env=thread_env(threads))
         if run.returncode != 0:
             raise RuntimeError(f"pytest-s2st session failed (exit {run.returncode}):\n{run.output[-3000:]}")
-        flops, samples = parse_ours(json.loads(report.read_text()))
-    return SideResult(run.wall_s, run.cpu_s, flops, samples, phases_s=parse_durations(run.output))
+        saved = json.loads(report.read_text())
+        flops, samples = parse_ours(saved)
+        runtime, _ = parse_ours(saved, "runtime_s")
+    return SideResult(run.wall_s, run.cpu_s, flops, samples, phases_s=parse_durations(run.output), runtime_s=runtime)
 
 
 # ---------------------------------------------------------------- comparison
@@ -199,8 +224,26 @@ def compare_flops(ours: dict[str, dict[str, float]], theirs: dict[str, dict[str,
     return out
 
 
+def compare_runtime(ours_runs: list[SideResult], their_runs: list[SideResult]) -> dict[str, dict]:
+    """Per type and stage: the median over rounds of each side's runtime per sample and their ratio
+    (ours / upstream): the per-sample speed, apart from the whole-process walls (imports included)."""
+    out: dict[str, dict] = {}
+    for kind, their in their_runs[-1].runtime_s.items():
+        entry = {}
+        for name in their:
+            theirs = [r.runtime_s.get(kind, {}).get(name) for r in their_runs]
+            ours = [r.runtime_s.get(kind, {}).get(name) for r in ours_runs]
+            if any(v is None for v in theirs + ours):
+                continue
+            o, t = statistics.median(ours), statistics.median(theirs)
+            entry[name] = {"ours_s": o, "upstream_s": t, "ratio": o / t if t > 0 else None,
+                           "ours_rounds_s": ours, "upstream_rounds_s": theirs}
+        out[kind] = entry
+    return out
+
+
 def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, configs: list[Path],
-              dataset_size: int, threads: int) -> dict:
+              dataset_size: int, threads: int, protocol: str = "upstream") -> dict:
     """Medians over rounds, the ratio ours/upstream, FLOPs and sample-count equality (last round)."""
     ours_wall = statistics.median(r.wall_s for r in ours_runs)
     their_wall = statistics.median(r.wall_s for r in their_runs)
@@ -226,22 +269,26 @@ def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, conf
                     "equal": bool(their_samples) and all(ours_samples.get(k) == v for k, v in their_samples.items())},
         "flops": flops,
         "flops_equal": all(v["equal"] for v in flops.values()),
+        "runtime_protocol": protocol,  # ours; upstream's is its own
+        "runtime_per_sample": compare_runtime(ours_runs, their_runs),
     }
 
 
 def compare(configs: list[Path], *, tests: Path, rounds: int = 3, dataset_size: int = 2, threads: int = 1,
-            python: str = sys.executable, log=None) -> dict:
+            python: str = sys.executable, log=None, protocol: str = "upstream") -> dict:
     """Alternate ours, theirs, ours, theirs... ``rounds`` times, then summarize()."""
     configs = [Path(c).resolve() for c in configs]
     check_configs(configs, dataset_size)
     ours_runs: list[SideResult] = []
     their_runs: list[SideResult] = []
     for i in range(rounds):
-        ours_runs.append(run_ours(configs, tests=Path(tests).resolve(), dataset_size=dataset_size, threads=threads, python=python))
+        ours_runs.append(run_ours(configs, tests=Path(tests).resolve(), dataset_size=dataset_size, threads=threads,
+                                  python=python, protocol=protocol))
         their_runs.append(run_upstream(configs, threads=threads, python=python))
         if log:
             log(f"round {i + 1}/{rounds}: ours {ours_runs[-1].wall_s:.2f} s, upstream {their_runs[-1].wall_s:.2f} s")
-    return summarize(ours_runs, their_runs, configs=configs, dataset_size=dataset_size, threads=threads)
+    return summarize(ours_runs, their_runs, configs=configs, dataset_size=dataset_size, threads=threads,
+                     protocol=protocol)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset-size", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--config", action="append", help="default: the seven staged tiny fairseq configs")
+    parser.add_argument("--protocol", choices=("upstream", "warm"), default="upstream",
+                        help="our runtime protocol (--s2st-runtime-protocol); upstream times as get_metrics.py")
     args = parser.parse_args(argv)
     if args.config:
         configs = [Path(c) for c in args.config]
@@ -259,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
 
         configs = default_configs()
     result = compare(configs, tests=Path(args.tests), rounds=args.rounds, dataset_size=args.dataset_size,
-                     threads=args.threads, log=lambda m: print(m, file=sys.stderr, flush=True))
+                     threads=args.threads, log=lambda m: print(m, file=sys.stderr, flush=True),
+                     protocol=args.protocol)
     print(json.dumps(result, indent=1))
     return 0
 

@@ -402,10 +402,11 @@ def _read_npy(path: Path) -> np.ndarray:
 
 
 def _check_size(size: int | None, path: Path) -> None:
+    """None or 0: every sample (upstream's ``if dataset_size:``); else a positive integer."""
     if size is None:
         return
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise S2STError(f"{path}: dataset_size must be a positive integer, got {size!r}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+        raise S2STError(f"{path}: dataset_size must be an integer >= 0 (0: all samples), got {size!r}")
 
 
 def _as_sample_list(data: Any, path: Path) -> list:
@@ -500,7 +501,7 @@ def load_npy_dataset(path: str | os.PathLike, size: int | None = None) -> list[d
     samples = _as_sample_list(_read_npy(path), path)
     if not samples:
         raise S2STError(f"{path}: dataset is empty")
-    if size is not None:
+    if size:  # 0 and None: all samples, as upstream's load_dataset_npy
         samples = samples[: int(size)]
     return _check_samples(samples, path)
 
@@ -592,7 +593,7 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
     path = Path(path)
     _check_size(size, path)
     root, entries = _read_manifest(path)
-    if size is not None:
+    if size:  # 0 and None: all entries, as upstream's load_dataset_raw_to_waveforms
         entries = entries[: int(size)]
     try:
         import soundfile as sf

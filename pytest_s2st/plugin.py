@@ -57,6 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = S2STSession(config)
     config.stash[SESSION_KEY] = state
     try:
+        state.adopt_benchmark_options()  # pytest-benchmark's --benchmark-min-rounds & co: mapped or refused
         # validate every global setting now, so a bad ini value is a usage error before any test runs
         compare_fail = state.option("compare_fail")
         state.option("strict")
@@ -255,7 +256,10 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
                                  instructions=settings["instructions"],
                                  tensor_memory=settings["tensor_memory"], min_rounds=settings["min_rounds"],
                                  target_precision=settings["target_precision"], max_time=settings["max_time"],
-                                 case=case.to_dict() if case is not None and settings["instructions"] != "off" else None)
+                                 protocol=settings["runtime_protocol"], fill_time=state.fill_time,
+                                 isolate=settings["isolate"],
+                                 case=case.to_dict() if case is not None and (settings["instructions"] != "off"
+                                                                              or settings["isolate"]) else None)
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
@@ -285,6 +289,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
     def run(pipeline, dataset) -> Measurement:
+        if state.benchmark_refusals:
+            fail(state.benchmark_refusals[0])
         settings, run_settings = _run_settings(request, case)
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:

@@ -16,13 +16,17 @@ COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
     method = str(metric.get("method", "?"))
     details = metric.get("details") or {}
-    if name == "runtime_s" and details.get("precision") is not None:  # achieved precision (runner.relative_precision)
+    if name == "runtime_s" and details.get("rounds_s"):  # achieved precision (runner.relative_precision)
         from .significance import MIN_ROUNDS
 
-        n = len(details.get("rounds_s") or ())
-        # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead
-        method += f" ±{100 * details['precision']:.1f}% ({n} rounds)" if n >= MIN_ROUNDS else \
-            f" ({n} rounds: too few for an interval)"
+        n = len(details["rounds_s"])
+        # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead, 1 round too
+        if n >= MIN_ROUNDS and details.get("precision") is not None:
+            method += f" ±{100 * details['precision']:.1f}% ({n} rounds)"
+        else:
+            method += f" ({n} round{'s' if n != 1 else ''}: too few for an interval)"
+    if name == "runtime_s" and details.get("protocol"):
+        method += f", {details['protocol']} protocol"
     return method.removeprefix("timer:").replace("torch.utils.flop_counter", "torch")
 
 

@@ -1,10 +1,20 @@
 """Measure one pipeline on one dataset (pytest-free).
 
-Order per stage: warm-up on the first input, memory pass and dispatch pass (FLOPs and tensor peak) over
-every input (both untimed; their outputs become the next stage's inputs, so cascades are measured on inputs
-generated beforehand and the bridging IO is never in a number; the memory pass's sampler is stopped before
-anything is timed), then the timing pass over all stages, which the caller drives (pytest-benchmark's
-pedantic) through ``TimedRounds``: as many rounds as ``RoundPolicy`` says.
+Two runtime protocols (``RunSettings.protocol``; PROTOCOLS says what each times):
+
+- ``warm`` (default), per stage: warm-up on the first input, memory pass and dispatch pass (FLOPs and
+  tensor peak) over every input (both untimed; their outputs become the next stage's inputs, so cascades
+  are measured on inputs generated beforehand and the bridging IO is never in a number; the memory pass's
+  sampler is stopped before anything is timed); then, right before timing, one plain call of every stage
+  on each distinct input shape (``shape_key``), so no timed call is the first of its shape; then the
+  timing pass over all stages, at least ``DEFAULT_MIN_ROUNDS`` rounds.
+- ``upstream``: fairseq's get_metrics.py order: ``warmup`` calls of the whole chain on sample 0, the
+  earlier stages of a cascade run once over every sample to make the next stage's inputs, the timing pass
+  (samples x repeat rounds: the last stage meets each new input shape cold, as upstream times it), then
+  the memory and dispatch passes.
+
+The caller drives the timing pass (pytest-benchmark's pedantic) through ``TimedRounds``: as many rounds
+as ``RoundPolicy`` says.
 """
 from __future__ import annotations
 
@@ -23,7 +33,14 @@ from .metrics import BY_NAME, INFERENCE_NAMES
 
 PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
 Progress = Callable[[str, str, int, int], None]  # (stage, pass, done, total)
-
+DEFAULT_MIN_ROUNDS = 5  # timed rounds at least under the warm protocol: significance.MIN_ROUNDS, an interval
+PROTOCOLS = {
+    "warm": "warm: every stage called on each distinct input shape before the timed rounds (at least "
+            f"{DEFAULT_MIN_ROUNDS}, the dataset cycled)",
+    "upstream": "upstream get_metrics.py: warm-up on sample 0 only, timed before the memory and FLOP passes, "
+                "samples x repeat rounds (each new input shape of the last stage timed cold)",
+}
+SHAPE_KEY_ITEMS = 64  # items of a sequence a shape key looks into (longer ones: their length and first item)
 
 
 @dataclass
@@ -41,6 +58,9 @@ class RunSettings:
     target_precision: float | None = None  # stop adding rounds once the relative 95 % CI half-width is <= this
     max_time: float = 60.0                 # seconds of timed rounds the precision target may spend
     case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
+    protocol: str = "warm"    # runtime protocol: a key of PROTOCOLS
+    fill_time: bool = False   # add timed rounds until max_time even without a target precision
+    isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
 
 
 @dataclass
@@ -109,6 +129,9 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
             details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
             details["precision"] = relative_precision(details["rounds_s"])
             details["precision_method"] = PRECISION_METHOD
+        protocols = {m.details.get("protocol") for _, m in parts}
+        if len(protocols) == 1 and None not in protocols:
+            details["protocol"] = protocols.pop()
         out[name] = Metric(sum(values) if how == "sum" else max(values), method, details=details)
         if name == "flops":
             mark_uncounted(out[name], [m.details for _, m in parts])
@@ -137,6 +160,37 @@ def _mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
     return Metric(max(values), metrics[0].method, details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})
 
 
+def shape_key(x: Any) -> Any:
+    """What makes two inputs the same shape for a model: array/tensor shapes and dtypes, text and sequence
+    lengths, mapping keys; nested. Scalars count by type only (a token id or a seed is not a shape)."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):  # numpy array, torch tensor (no import needed)
+        return ("array", tuple(int(d) for d in x.shape), str(x.dtype))
+    if isinstance(x, (str, bytes)):
+        return (type(x).__name__, len(x))
+    if isinstance(x, dict):
+        return ("dict", tuple((str(k), shape_key(v)) for k, v in x.items()))
+    if isinstance(x, (list, tuple)):
+        items = x if len(x) <= SHAPE_KEY_ITEMS else x[:1]
+        return ("seq", len(x), tuple(shape_key(v) for v in items))
+    return type(x).__name__
+
+
+def first_of_each_shape(inputs: Sequence[Any]) -> list[int]:
+    """Indices of the first input of each distinct shape_key, in dataset order."""
+    seen: set = set()
+    out = []
+    for i, x in enumerate(inputs):
+        key = shape_key(x)
+        try:
+            new = key not in seen
+        except TypeError:  # an unhashable leaf: treat the input as its own shape
+            key, new = ("index", i), True
+        if new:
+            seen.add(key)
+            out.append(i)
+    return out
+
+
 class StageMeasurer:
     """The untimed passes of one stage: warm-up, memory, device peak, FLOPs."""
 
@@ -157,14 +211,16 @@ class StageMeasurer:
         self.settings.device.synchronize()
         return out
 
-    def measure(self, stage, inputs: Sequence[Any]) -> tuple[StageResult, list[Any]]:
+    def measure(self, stage, inputs: Sequence[Any], warm_up: bool = True) -> tuple[StageResult, list[Any]]:
+        """The untimed passes; ``warm_up`` False: no warm-up calls first (the upstream protocol warmed the
+        chain before timing, and upstream's memory pass follows its timed pass without another)."""
         result = StageResult(stage.name)
         device = self.settings.device
-        for _ in range(self.settings.warmup):
+        for _ in range(self.settings.warmup if warm_up else 0):
             self._synced(stage, inputs[0])
 
         outputs: list[Any] | None = None
-        if self.settings.memory != "off" or device.name != "cpu":
+        if not self.settings.isolate and (self.settings.memory != "off" or device.name != "cpu"):
             per_sample, device_peaks, outputs = [], [], []
             for i, x in enumerate(inputs):
                 self._tick(stage.name, "memory", i, len(inputs))
@@ -258,10 +314,11 @@ class RoundPolicy:
     have taken ``max_time`` seconds (``clock`` from the first round on). ``stop_reason`` says which."""
 
     def __init__(self, base: int, min_rounds: int | None = None, target_precision: float | None = None,
-                 max_time: float = 60.0, clock: Callable[[], float] = time.perf_counter):
+                 max_time: float = 60.0, clock: Callable[[], float] = time.perf_counter, fill_time: bool = False):
         self.required = max(base, min_rounds or 0)
         self.target = target_precision
         self.max_time = max_time
+        self.fill_time = fill_time  # without a target: add rounds until max_time (pytest-benchmark's max-time)
         self.clock = clock
         self.started: float | None = None
         self.stop_reason = "rounds"
@@ -278,7 +335,7 @@ class RoundPolicy:
 
     @property
     def adaptive(self) -> bool:
-        return self.target is not None
+        return self.target is not None or self.fill_time
 
     def more(self, totals: Sequence[float]) -> bool:
         """Run another round, given the round times so far?"""
@@ -286,10 +343,10 @@ class RoundPolicy:
             self.started = self.clock()
         if len(totals) < self.required:
             return True
-        if self.target is None:
+        if self.target is None and not self.fill_time:
             self.stop_reason = "rounds"
             return False
-        precision = self.precision(totals)
+        precision = self.precision(totals) if self.target is not None else None
         if precision is not None and precision <= self.target:
             self.stop_reason = "target precision reached"
             return False
@@ -366,12 +423,47 @@ class TimedRounds:
         return out
 
 
+def min_rounds_for(settings: RunSettings) -> int | None:
+    """The floor of timed rounds: the explicit one, else DEFAULT_MIN_ROUNDS (warm) or none (upstream:
+    samples x repeat, as get_metrics.py times them)."""
+    if settings.min_rounds is not None:
+        return settings.min_rounds
+    return DEFAULT_MIN_ROUNDS if settings.protocol == "warm" else None
+
+
+def _chain_warm_up(stages: Sequence[Any], first: Any, times: int, sync: Callable[[], None]) -> None:
+    """get_metrics.py's model.warm_up(sample=dataset[0], repeat): the whole chain on sample 0."""
+    for _ in range(times):
+        x = first
+        for s, stage in enumerate(stages):
+            out = stage.forward(x)
+            sync()
+            if s + 1 < len(stages):
+                x = stage.to_next_input(out)
+
+
+def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Sequence[Any]) -> None:
+    """--s2st-isolate: the stages' memory metrics from a fresh process (measure/isolated.py)."""
+    if not settings.isolate or settings.memory == "off":
+        return
+    from .measure.isolated import isolated_memory
+
+    measurement.info["memory_isolated"] = True
+    results = isolated_memory(settings.case, inputs, method=settings.memory, warmup=settings.warmup,
+                              threads=settings.threads, seed=settings.seed, stages=len(measurement.stages),
+                              device=settings.device.name)
+    for result, metrics in zip(measurement.stages, results):
+        result.metrics.update(metrics)
+
+
 def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
                      drive_timing: Callable[[TimedRounds], str] | None = None,
                      measurement: Measurement | None = None, progress: Progress | None = None) -> Measurement:
     """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description."""
     if not samples:
         raise ValueError("empty dataset")
+    if settings.protocol not in PROTOCOLS:
+        raise ValueError(f"unknown runtime protocol {settings.protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
     threads = set_threads(settings.threads)
     seed_everything(settings.seed)
@@ -382,32 +474,60 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         samples=len(samples),
         repeat=settings.repeat,
         warmup=settings.warmup,
+        runtime_protocol=settings.protocol,
         assets=pipeline.assets(),
     )
     measurer = StageMeasurer(settings, progress)
+    stages = list(pipeline.stages)
     inputs = [pipeline.prepare_sample(s) for s in samples]
-    stage_inputs: list[list[Any]] = []
-    outputs: list[Any] = []
-    for stage in pipeline.stages:
-        stage_inputs.append(inputs)
-        result, outputs = measurer.measure(stage, inputs)
-        measurement.stages.append(result)
-        inputs = [stage.to_next_input(o) for o in outputs]
-    measurement.outputs = outputs
+    sync = settings.device.synchronize
+    stage_inputs: list[list[Any]] = [inputs]
+    if settings.protocol == "upstream":
+        _chain_warm_up(stages, inputs[0], settings.warmup, sync)
+        for stage in stages[:-1]:  # upstream's generate_*_outputs: every sample, before anything is timed
+            outs = []
+            for x in stage_inputs[-1]:
+                outs.append(stage.forward(x))
+                sync()
+            stage_inputs.append([stage.to_next_input(o) for o in outs])
+    else:
+        for s, stage in enumerate(stages):
+            result, outputs = measurer.measure(stage, stage_inputs[s])
+            measurement.stages.append(result)
+            if s + 1 < len(stages):
+                stage_inputs.append([stage.to_next_input(o) for o in outputs])
+        measurement.outputs = outputs
+        warmed = []
+        for stage, xs in zip(stages, stage_inputs):  # no timed call is the first of its shape
+            firsts = first_of_each_shape(xs)
+            for i in firsts:
+                stage.forward(xs[i])
+                sync()
+            warmed.append(len(firsts))
+        measurement.info["warmed_shapes"] = warmed  # per stage: distinct input shapes called before timing
+        _isolated_memory(measurement, settings, inputs)  # a child process: nothing of it runs beside timing
 
-    policy = RoundPolicy(len(samples) * settings.repeat, settings.min_rounds, settings.target_precision,
-                         settings.max_time)
-    rounds = TimedRounds(pipeline.stages, stage_inputs, settings.device, settings.repeat, progress=progress,
+    policy = RoundPolicy(len(samples) * settings.repeat, min_rounds_for(settings), settings.target_precision,
+                         settings.max_time, fill_time=settings.fill_time)
+    rounds = TimedRounds(stages, stage_inputs, settings.device, settings.repeat, progress=progress,
                          policy=policy)
     if drive_timing is None:
         rounds.run_all()
         timer = "time.perf_counter"
     else:
         timer = drive_timing(rounds)
+
+    if settings.protocol == "upstream":  # then upstream's max_memory and count_flops passes
+        for stage, xs in zip(stages, stage_inputs):
+            result, outputs = measurer.measure(stage, xs, warm_up=False)
+            measurement.stages.append(result)
+        measurement.outputs = outputs
+        _isolated_memory(measurement, settings, inputs)
     method = f"timer:{timer}"
     for result, metric in zip(measurement.stages, rounds.runtime_metrics(method)):
         metric.details["device"] = settings.device.name
         metric.details["threads"] = threads
+        metric.details["protocol"] = settings.protocol
         result.metrics["runtime_s"] = metric
     # the runtime goes first in every stage's metrics, as in the table
     for result in measurement.stages:

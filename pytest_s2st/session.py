@@ -36,6 +36,8 @@ class S2STSession:
         # an explicit option is any value given on the command line: 0, "" and False included
         self.explicit: dict[str, Any] = {s.name: config.getoption(s.dest) for s in SETTINGS
                                          if config.getoption(s.dest) is not None}
+        self.fill_time = False                   # --benchmark-max-time: add rounds until it (adopt_benchmark_options)
+        self.benchmark_refusals: list[str] = []  # pytest-benchmark options an s2st benchmark cannot honour
         self.cases: list[Any] | None = None
         self._external_case: Any = None                   # --s2st-endpoint without a config (external_case)
         self.results: list[tuple[Any, Any]] = []          # (item, Measurement)
@@ -65,6 +67,24 @@ class S2STSession:
         from .cases import resolve_settings
 
         return resolve_settings({}, self.explicit, self.ini, lambda key: key)[name]
+
+    def adopt_benchmark_options(self) -> None:
+        """pytest-benchmark's round options become the s2st settings they mean (command-line values, like
+        the --s2st- flags); one that disagrees with its explicit --s2st- twin is a usage error."""
+        from .benchmark_compat import benchmark_twins
+        from .settings import BY_NAME
+
+        twins, self.benchmark_refusals = benchmark_twins(self.config)
+        self.fill_time = bool(twins.pop("fill_time", False))
+        flags = {"min_rounds": "--benchmark-min-rounds", "max_time": "--benchmark-max-time",
+                 "warmup": "--benchmark-warmup-iterations"}
+        for name, value in twins.items():
+            if name in self.explicit and self.explicit[name] != value:
+                raise S2STError(f"{flags[name]} {value} and {BY_NAME[name].flag} {self.explicit[name]} disagree: "
+                                "give one of them")
+            if name == "min_rounds" and value < 1:
+                raise S2STError(f"{flags[name]}: must be an integer > 0 for s2st benchmarks, got {value}")
+            self.explicit[name] = value
 
     def source(self, name: str) -> str:
         """Where a session-wide setting's value came from, for error lines: flag, ini key or default."""

@@ -197,10 +197,17 @@ def test_npy_file_level_errors(tmp_path):
     assert raises_line(ds.load_npy_dataset, truncated).startswith(f"{truncated}: cannot unpickle npy contents")
 
 
-@pytest.mark.parametrize("size", [0, -1, True, 1.5, "3"])
+@pytest.mark.parametrize("size", [-1, True, 1.5, "3"])
 def test_bad_size(tmp_path, size):
     p = ds.save_npy_dataset([np_sample(0, 2)], tmp_path / "s.npy")
-    assert raises_line(ds.load_npy_dataset, p, size=size) == f"{p}: dataset_size must be a positive integer, got {size!r}"
+    assert raises_line(ds.load_npy_dataset, p, size=size) == (
+        f"{p}: dataset_size must be an integer >= 0 (0: all samples), got {size!r}")
+
+
+def test_size_zero_is_every_sample_as_upstream(tmp_path):
+    p = ds.save_npy_dataset([np_sample(0, 2), np_sample(1, 3), np_sample(2, 4)], tmp_path / "s.npy")
+    assert len(ds.load_npy_dataset(p, size=0)) == 3 == len(ds.load_npy_dataset(p, size=None))
+    assert len(ds.load_npy_dataset(p, size=2)) == 2
 
 
 def test_unknown_kind(tmp_path):

@@ -226,12 +226,29 @@ def test_griffin_lim_on_too_few_frames(staged, model_type, frames, need):
     role = model_type.lower()
     assert msg.startswith(f"{config}: stage1 ({role}): the model emitted {frames} frame(s)")
     assert f"Griffin-Lim needs at least {need}" in msg
-    assert f"max_target_positions (now {frames})" in msg and "trained model" in msg
+    assert msg.endswith(f"the output was cut at max_target_positions {frames}: raise it")
     mt, stages = stages_of(config)  # one frame more than the boundary: it runs
     bound(need)(stages)
     out = base.build_pipeline(mt, stages, device="cpu", config_path=config).run(sample)
     hop = 256 if model_type == "TTS" else 160
     assert out["waveform"].size == (need - 1) * hop
+
+
+def test_griffin_lim_after_an_early_end_of_sequence(staged):
+    """Fewer frames than the length limit: the decoder stopped itself, so raising the limit is no advice."""
+    pytest.importorskip("librosa")
+    import torch
+
+    config = staged / "configs" / "TTS.yaml"
+    mt, stages = stages_of(config)
+    stages[0].update(vocoder="griffin_lim", max_target_positions=40)
+    pipe = base.build_pipeline(mt, stages, device="cpu", config_path=config)
+    vocoder = pipe.stages[0].generator.vocoder
+    with pytest.raises(S2STError) as info:
+        vocoder(torch.zeros(1, 1, 80))  # the guard runs before the forward: the mel width does not matter
+    msg = str(info.value)
+    assert "the model emitted 1 frame(s)" in msg and "predicted end-of-sequence after 1 frame(s)" in msg
+    assert "max_target_positions 40" in msg and "raise it" not in msg
 
 
 def test_raw_audio_without_an_fbank_backend(staged, monkeypatch):

@@ -28,7 +28,7 @@ def run_usage(pytester, *args):
     ("--s2st-repeat", "0", "must be an integer > 0"),
     ("--s2st-device", "tpu", "must be one of auto, cpu, cuda, npu"),
     ("--s2st-memory", "rss", "must be one of vmhwm, memory_profiler, off"),
-    ("--s2st-dataset-size", "-3", "must be an integer > 0"),
+    ("--s2st-dataset-size", "-3", "must be an integer >= 0"),
     ("--s2st-compare-fail", "peak_delta_mib=10", "expected metric:limit"),
     ("--s2st-compare-fail", "speed:5%", "unknown metric 'speed'"),
     ("--s2st-endpoint", "http://127.0.0.1:99999", "port is not a number in 1-65535"),
@@ -102,10 +102,10 @@ def test_missing_dataset(pytester):
     assert_one_clear_line(result, "x.yaml", "dataset_path", "missing.npy does not exist")
 
 
-def test_dataset_size_not_positive_in_config(pytester):
-    cfg = write_case(pytester.path, "x", ["build_numpy"], general_extra="dataset_size: 0\n")
+def test_dataset_size_negative_in_config(pytester):
+    cfg = write_case(pytester.path, "x", ["build_numpy"], general_extra="dataset_size: -1\n")
     result = run_usage(pytester, f"--s2st-config={cfg}")
-    assert_one_clear_line(result, "x.yaml:", "general.dataset_size", "must be an integer > 0, got 0")
+    assert_one_clear_line(result, "x.yaml:", "general.dataset_size", "must be an integer >= 0, got -1")
 
 
 def test_unwritable_dump_dir(pytester):

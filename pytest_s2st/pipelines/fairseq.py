@@ -198,23 +198,30 @@ def read_checkpoint(role: str, ns: Namespace, where: str, arg_overrides: dict | 
 
 def librosa_compat() -> None:
     """fairseq 0.12 calls librosa.filters.mel positionally, which librosa >= 0.10 refuses; Griffin-Lim
-    then fails. Re-bind fairseq's get_mel_filters to a keyword call (same filters) when needed."""
+    then fails. Re-bind fairseq's get_mel_filters to a wrapper that imports librosa only when called (as
+    fairseq's own does: only Griffin-Lim builds mel filters, so no other config pays librosa's and numba's
+    import) and calls it with keywords where librosa needs them (same filters)."""
     import inspect
 
-    try:
-        import librosa
-    except ImportError:
-        return  # fairseq's own ImportError ("Please install librosa") then names the fix
-    params = inspect.signature(librosa.filters.mel).parameters
-    if all(p.kind != p.KEYWORD_ONLY for p in params.values()):
-        return
     from fairseq.data.audio import audio_utils
     from fairseq.models.text_to_speech import vocoder
 
+    original = audio_utils.get_mel_filters
+    if getattr(original, "s2st_compat", False):
+        return
+
     def get_mel_filters(sample_rate, n_fft, n_mels, f_min, f_max):
+        try:
+            import librosa
+        except ImportError:  # fairseq's own ImportError ("Please install librosa") then names the fix
+            return original(sample_rate, n_fft, n_mels, f_min, f_max)
+        params = inspect.signature(librosa.filters.mel).parameters
+        if all(p.kind != p.KEYWORD_ONLY for p in params.values()):
+            return original(sample_rate, n_fft, n_mels, f_min, f_max)
         basis = librosa.filters.mel(sr=sample_rate, n_fft=n_fft, n_mels=n_mels, fmin=f_min, fmax=f_max)
         return torch.from_numpy(basis).float()
 
+    get_mel_filters.s2st_compat = True
     audio_utils.get_mel_filters = vocoder.get_mel_filters = get_mel_filters
 
 
@@ -362,12 +369,20 @@ def _guard_griffin_lim(vocoder: Any, ns: Namespace, where: str) -> None:
     gl = vocoder.gl_transform
     need = gl.n_fft // 2 // gl.hop_length + 2
 
+    limit = getattr(ns, "max_target_positions", None)
+
     def check(_module, args):
         frames = int(args[0].shape[-2])  # (B x) T x n_mels
-        if frames < need:
-            raise S2STError(f"{where}: the model emitted {frames} frame(s); Griffin-Lim needs at least {need} "
-                            f"(n_fft {gl.n_fft}, hop {gl.hop_length}): raise max_target_positions (now "
-                            f"{getattr(ns, 'max_target_positions', None)}) or use a trained model")
+        if frames >= need:
+            return
+        head = (f"{where}: the model emitted {frames} frame(s); Griffin-Lim needs at least {need} "
+                f"(n_fft {gl.n_fft}, hop {gl.hop_length})")
+        if isinstance(limit, int) and frames >= limit:  # cut by the length limit
+            raise S2STError(f"{head}: the output was cut at max_target_positions {limit}: raise it")
+        # the decoder predicted end-of-sequence early: a longer limit changes nothing
+        raise S2STError(f"{head}: the decoder predicted end-of-sequence after {frames} frame(s), below "
+                        f"max_target_positions {limit}; an untrained or mismatched model stops early: "
+                        "use a trained model or inputs it speaks longer on")
 
     vocoder.register_forward_pre_hook(check)
 

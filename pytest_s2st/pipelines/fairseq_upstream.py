@@ -13,7 +13,8 @@ against the current directory. Shims:
 - python-papi >= 6 dropped ``papi_high.start_counters``; where it is missing, the same two calls are
   served by torch's dispatch-level FLOP counter, so upstream "flops" equal ours by construction of
   the counter (and are not hardware counts);
-- librosa >= 0.10 keyword-only ``filters.mel`` (Griffin-Lim), as in our pipelines.
+- librosa >= 0.10 keyword-only ``filters.mel`` (Griffin-Lim), as in our pipelines: librosa (and numba)
+  imported only when Griffin-Lim builds its filters, as upstream's own get_mel_filters does.
 """
 from __future__ import annotations
 

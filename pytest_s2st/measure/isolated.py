@@ -1,0 +1,117 @@
+"""The memory pass of one case in a fresh process (--s2st-isolate), so a case's peak RSS does not depend
+on what ran before it in the session (pytest-free).
+
+Peak RSS is a property of the process: in one session a case measured after a Griffin-Lim TTS carries
+librosa's and numba's pages, after another model that model's allocator arenas. Upstream runs one process
+per config. Here the parent writes a job (the resolved case, ``Case.to_dict``, and the first stage's
+prepared inputs, pickled into a private temp folder); ``python -m pytest_s2st.measure.isolated JOB`` builds
+the case's pipeline on cpu, and per stage warms it up on the first input and runs the memory pass over
+every input with the same probe as in-process (MemoryProbe), each stage's outputs feeding the next. The
+parent reads one summary per stage. A failure or a child past its time is a Metric with value None and a
+one-line reason, never 0. Imports of the child (torch, the model's packages) are in its numbers, as in
+upstream's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_s2st.measure.record import Metric
+
+TIMEOUT_S = 3600.0
+RESULT_MAX_BYTES = 1_000_000
+LOG_TAIL_CHARS = 2000
+NAMES = ("peak_rss_mib", "peak_delta_mib")
+NOTE = "fresh process per case (--s2st-isolate): this case's imports and model only"
+
+
+def _missing(method: str, reason: str, stages: int) -> list[dict[str, Metric]]:
+    return [{n: Metric.missing(method, reason) for n in NAMES} for _ in range(stages)]
+
+
+def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, warmup: int, threads: int,
+                    seed: int, stages: int, device: str) -> list[dict[str, Metric]]:
+    """Per stage {"peak_rss_mib", "peak_delta_mib"} measured in a child process."""
+    if case is None:
+        return _missing(method, "--s2st-isolate needs a case from a config (the child rebuilds it)", stages)
+    if device != "cpu":
+        return _missing(method, f"--s2st-isolate measures on cpu only, this case runs on {device}", stages)
+    with tempfile.TemporaryDirectory(prefix="s2st-isolate-") as tmp:
+        job = {"case": case, "inputs": str(Path(tmp) / "inputs.pkl"), "result": str(Path(tmp) / "result.json"),
+               "method": method, "warmup": warmup, "threads": threads, "seed": seed}
+        with open(job["inputs"], "wb") as f:
+            pickle.dump(list(inputs), f)
+        (Path(tmp) / "job.json").write_text(json.dumps(job))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest_s2st.measure.isolated", str(Path(tmp) / "job.json")],
+                                  capture_output=True, text=True, timeout=TIMEOUT_S,
+                                  env={**os.environ, "PYTHONHASHSEED": "0"})
+        except subprocess.TimeoutExpired:
+            return _missing(method, f"isolated memory pass ran past {TIMEOUT_S:g} s", stages)
+        result = Path(job["result"])
+        if proc.returncode != 0 or not result.is_file() or result.stat().st_size > RESULT_MAX_BYTES:
+            tail = (proc.stderr or proc.stdout or "").strip().splitlines()
+            why = tail[-1][:LOG_TAIL_CHARS] if tail else f"exit {proc.returncode}"
+            return _missing(method, f"isolated memory pass failed: {why}", stages)
+        data = json.loads(result.read_text())
+    out = []
+    for entry in data["stages"]:
+        metrics = {n: Metric.from_dict(entry[n]) for n in NAMES}
+        for m in metrics.values():
+            if m.value is not None:
+                m.details["isolated"] = NOTE
+        out.append(metrics)
+    return out
+
+
+def run(job: dict) -> dict:
+    from pytest_s2st.cases import Case
+    from pytest_s2st.measure.determinism import seed_everything, set_threads
+    from pytest_s2st.measure.memory import MemoryProbe, resolve_memory_method
+    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.runner import _mib_summary
+
+    case = Case.from_dict(job["case"])
+    set_threads(int(job["threads"]))
+    seed_everything(int(job["seed"]))
+    with open(job["inputs"], "rb") as f:  # written by our parent into its private temp folder
+        xs = pickle.load(f)
+    pipeline = build_pipeline(case.model_type, case.config.stages, device="cpu", config_path=case.config.path)
+    method, fallback = resolve_memory_method(job["method"])
+    probe = MemoryProbe(method, fallback)
+    stages = []
+    try:
+        for s, stage in enumerate(pipeline.stages):
+            for _ in range(int(job["warmup"])):
+                stage.forward(xs[0])
+            per_sample, outputs = [], []
+            for x in xs:
+                out, mem = probe.measure(stage.forward, x)
+                per_sample.append(mem)
+                outputs.append(out)
+            stages.append({n: _mib_summary(per_sample, n).to_dict() for n in NAMES})
+            if s + 1 < len(pipeline.stages):
+                xs = [stage.to_next_input(o) for o in outputs]
+    finally:
+        probe.close()
+    return {"stages": stages}
+
+
+def main(argv: list[str]) -> int:
+    try:
+        job = json.loads(Path(argv[0]).read_text())
+        Path(job["result"]).write_text(json.dumps(run(job)))
+    except Exception as exc:  # noqa: BLE001 -- one line for the parent
+        print(f"s2st-isolate: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main(sys.argv[1:]))
