@@ -56,12 +56,23 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     Prints the ratios; asserts the dispatch pass costs less than the old FLOPs pass alone and at most 1.5x that
     floor, and each memory pass <= 1.5x the timed pass."""
     import importlib.util
-    import time
 
     import pytest
 
     if importlib.util.find_spec("fairseq") is None:
         pytest.skip("the tiny S2T model needs the fairseq extra")
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    path = next(c for c in default_configs() if c.stem == "S2T")
+    pass_costs(path, 100, timing_target)
+
+
+def pass_costs(path, n_samples: int, timing_target) -> dict:
+    """Every measuring pass of the S2T config at path, interleaved per sample over n_samples random samples
+    (the order rotated), 1 thread; returns the seconds each pass spent in all and the FLOPs per sample. The cost-vs-size curve of
+    benchmarks/test_full_size.py runs this same pass set on the full-size S2T at three sizes."""
+    import time
+
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -71,14 +82,12 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     from pytest_s2st.measure.memory import MemoryProbe
     from pytest_s2st.measure.tensor_memory import run_probed
     from pytest_s2st.pipelines.base import build_pipeline
-    from pytest_s2st.tiny.fairseq_tiny import default_configs
 
     torch.set_num_threads(1)
-    path = next(c for c in default_configs() if c.stem == "S2T")
     config = load_config(path, known_model_types=known_model_types())
     pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
     stage = pipeline.stages[0]
-    inputs = [pipeline.prepare_sample(s) for s in generate_random_dataset(100)]
+    inputs = [pipeline.prepare_sample(s) for s in generate_random_dataset(n_samples)]
     for _ in range(2):
         stage.forward(inputs[0])
 
@@ -152,3 +161,4 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     timing_target(new_s <= 1.5 * floor_s, f"dispatch pass {new_s:.2f} s > 1.5x the bare decomposing mode's {floor_s:.2f} s")
     timing_target(vmhwm_s <= 1.5 * timed, f"vmhwm pass {vmhwm_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
     timing_target(sampler_s <= 1.5 * timed, f"memory_profiler pass {sampler_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
+    return {"spent": spent, "flops_per_sample": sum(results["old"]) / len(results["old"]), "samples": len(inputs)}

@@ -397,9 +397,48 @@ def default_full_dir() -> Path:
     return cache_root() / f"fairseq-full-{cache_key()}"
 
 
+S2T_ARCHS = ("s2t_transformer_xs", "s2t_transformer_s", "s2t_transformer_m")  # a cost-vs-size curve
+
+
+def s2t_variant(arch: str) -> Spec:
+    """The full-size S2T with another s2t_transformer size (same vocabulary, data and bounds)."""
+    base = SPECS["s2t"]
+    argv = tuple(arch if a == "s2t_transformer_s" else a for a in base.argv)
+    return Spec("s2t", base.released if arch == "s2t_transformer_s" else None, base.source, vocab=base.vocab, argv=argv)
+
+
+def stage_s2t_variant(out_dir: Path, arch: str, seed: int = SEED) -> Path:
+    """One S2T of the given size plus the speech dataset and an S2T config; returns the config path."""
+    out = Path(out_dir).resolve()
+    spec = s2t_variant(arch)
+    d = out / "s2t"
+    _write_data(spec, d)
+    with quiet_fairseq():
+        build_datasets(out, seed)
+        tiny._save_like_fairseq_train(_argv(spec, d), d / "checkpoint.pt", out, seed)
+    configs = write_configs(out)
+    (out / "MANIFEST.json").write_text(json.dumps({"seed": seed, "arch": arch, "params": count_parameters(
+        _build_meta(spec)), "sha256": sha256_file(d / "checkpoint.pt")}, indent=2) + "\n")
+    return configs["S2T"]
+
+
+def s2t_variant_config(arch: str) -> Path:
+    """The cached S2T of the given size (built once, like default_full_configs)."""
+    if arch == "s2t_transformer_s":
+        return default_full_configs()["S2T"]
+    target = cache_root() / f"fairseq-{arch}-{cache_key()}"
+    build_once(target, "MANIFEST.json", lambda out: stage_s2t_variant(out, arch), f"the {arch} S2T")
+    return target / "configs" / "S2T.yaml"
+
+
 def default_full_configs(cache_dir: Path | None = None) -> dict[str, Path]:
     """Stage the fairseq models once into cache_dir (default: default_full_dir(); ~1 GB) and return the
     config paths by name. Qwen3-TTS full size is not part of this cached build (stage it with s2st-stage)."""
     target = Path(cache_dir) if cache_dir is not None else default_full_dir()
     build_once(target, "MANIFEST.json", lambda out: stage_full(out, qwen=False), "the full-size fairseq models")
     return {name: target / "configs" / f"{name}.yaml" for name in LAYOUTS}
+
+
+if __name__ == "__main__":  # python -m pytest_s2st.tiny.fairseq_full: stage into the cache, print the folder
+    default_full_configs()
+    print(default_full_dir())
