@@ -41,10 +41,14 @@ def _audio_s(outputs) -> float | None:
     return sum(len(o["waveform"]) / o["sample_rate"] for o in speech) / len(speech)
 
 
+SAMPLES_ENV = "S2ST_FULL_SAMPLES"  # samples per model (default 1: on a shared 2-core machine 3 took too long)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_full_size_models(threads):
-    """Every full-size config through measure_pipeline (warm-up 1, vmhwm, dispatch FLOPs + tensor peak, timed
-    rounds over the 3 samples); RTF = runtime per sample / seconds of audio it produced."""
+    """Every full-size config through measure_pipeline (the memory pass warms up: vmhwm, then the dispatch pass
+    for FLOPs + tensor peak, then the timed round) on the first $S2ST_FULL_SAMPLES samples; RTF = runtime per
+    sample / seconds of audio it produced."""
     import gc
 
     from pytest_s2st.cases import known_model_types
@@ -59,12 +63,13 @@ def test_full_size_models(threads):
     for name, path in default_full_configs().items():
         config = load_config(path, known_model_types=known_model_types())
         pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
-        samples = load_dataset(config.general["dataset_path"], size=config.general.get("dataset_size"))
-        settings = RunSettings(device=resolve_device("cpu"), threads=threads, warmup=1)
+        samples = load_dataset(config.general["dataset_path"], size=int(os.environ.get(SAMPLES_ENV, "1")))
+        settings = RunSettings(device=resolve_device("cpu"), threads=threads, warmup=0)
         m = measure_pipeline(pipeline, samples, settings, case_id=name)
         totals = m.totals
         runtime = totals["runtime_s"].value
         audio = _audio_s(m.outputs)
+        print(f"{name} at {threads} thread(s): {runtime:.2f} s per sample", flush=True)
         rows[name] = {
             "runtime_s": round(runtime, 3), "audio_s": audio and round(audio, 3),
             "rtf": audio and round(runtime / audio, 3),
@@ -79,19 +84,25 @@ def test_full_size_models(threads):
     _report(f"full_models_t{threads}", rows)
 
 
-@pytest.mark.parametrize("arch", ["s2t_transformer_xs", "s2t_transformer_s", "s2t_transformer_m"])
+@pytest.mark.parametrize("arch", ["tiny", "s2t_transformer_xs", "s2t_transformer_s", "s2t_transformer_m"])
 def test_cost_of_measuring_full_size_s2t(arch, timing_target):
     """The measuring passes of test_measurement_cost.py (timed, dispatch FLOPs + tensor peak, the old FLOPs pass,
     the bare decomposing floor, vmhwm, memory_profiler), interleaved per sample, on the S2T at one size: with the
     tiny S2T's run, the cost-vs-size curve. Same targets as the tiny run (timing_target)."""
     from test_measurement_cost import pass_costs
 
-    from pytest_s2st.tiny.fairseq_full import count_parameters, _build_meta, s2t_variant, s2t_variant_config
+    from pytest_s2st.tiny.fairseq_full import _build_meta, count_parameters, s2t_variant, s2t_variant_config
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
 
-    result = pass_costs(s2t_variant_config(arch), 6, timing_target)
+    if arch == "tiny":  # the tiny S2T's forward takes ms: 20 samples for the same pass set
+        path, n, params = next(c for c in default_configs() if c.stem == "S2T"), 20, None
+    else:
+        path, n = s2t_variant_config(arch), int(os.environ.get(SAMPLES_ENV, "2"))
+        params = count_parameters(_build_meta(s2t_variant(arch)))
+    result = pass_costs(path, n, timing_target)
     timed = result["spent"]["timed"]
     _report(f"cost_{arch}", {
-        "params": count_parameters(_build_meta(s2t_variant(arch))), "samples": result["samples"],
+        "params": params, "samples": result["samples"],
         "timed_s_per_sample": round(timed / result["samples"], 3),
         "gflops_per_sample": round(result["flops_per_sample"] / 1e9, 3),
         "x_timed": {k: round(v / timed, 3) for k, v in result["spent"].items()}})
