@@ -67,9 +67,10 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     pass_costs(path, 100, timing_target)
 
 
-def pass_costs(path, n_samples: int, timing_target) -> dict:
+def pass_costs(path, n_samples: int, timing_target, *, old: bool = True) -> dict:
     """Every measuring pass of the S2T config at path, interleaved per sample over n_samples random samples
-    (the order rotated), 1 thread; returns the seconds each pass spent in all and the FLOPs per sample. The cost-vs-size curve of
+    (the order rotated), 1 thread; returns the seconds each pass spent in all and the FLOPs per sample.
+    old=False leaves out the FLOPs pass of before issue 11 (13x the forward: too slow at full size). The cost-vs-size curve of
     benchmarks/test_full_size.py runs this same pass set on the full-size S2T at three sizes."""
     import time
 
@@ -138,6 +139,8 @@ def pass_costs(path, n_samples: int, timing_target) -> dict:
     passes = {"timed": stage.forward, "floor": bare, "old": flop_counter_mode,
               "new": lambda x: run_probed(stage.forward, (x,), {})[1], "vmhwm": lambda x: vmhwm.measure(stage.forward, x),
               "memory_profiler": lambda x: sampler.measure(stage.forward, x)}
+    if not old:
+        del passes["old"]
     # interleaved per sample, the order rotated: a slow spell of a shared VM hits every pass alike (the sampler
     # child sits blocked on its stdin between its own calls)
     spent = dict.fromkeys(passes, 0.0)
@@ -151,14 +154,18 @@ def pass_costs(path, n_samples: int, timing_target) -> dict:
                 spent[name] += time.perf_counter() - t0
     finally:
         sampler.close()
-    timed, floor_s, old_s, new_s, vmhwm_s, sampler_s = (spent[n] for n in names)
-    print(f"timed pass {timed:.2f} s; old FLOPs pass {old_s / timed:.1f}x; dispatch pass (FLOPs + tensor peak) "
+    timed, floor_s, new_s, vmhwm_s, sampler_s = (spent[n] for n in ("timed", "floor", "new", "vmhwm", "memory_profiler"))
+    flops = [sum(p.by_op.values()) for p in results["new"]]
+    if old:
+        old_s = spent["old"]
+        assert flops == results["old"]
+        timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
+    print(f"timed pass {timed:.2f} s; old FLOPs pass {spent['old'] / timed if old else float('nan'):.1f}x; "
+          "dispatch pass (FLOPs + tensor peak) "
           f"{new_s / timed:.1f}x; bare decomposing mode (floor) {floor_s / timed:.1f}x; memory pass vmhwm "
           f"{vmhwm_s / timed:.2f}x, memory_profiler {sampler_s / timed:.2f}x (+ {sampler_start_s:.2f} s to start "
           "its sampler, once per pass)")
-    assert [sum(p.by_op.values()) for p in results["new"]] == results["old"]
-    timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
     timing_target(new_s <= 1.5 * floor_s, f"dispatch pass {new_s:.2f} s > 1.5x the bare decomposing mode's {floor_s:.2f} s")
     timing_target(vmhwm_s <= 1.5 * timed, f"vmhwm pass {vmhwm_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
     timing_target(sampler_s <= 1.5 * timed, f"memory_profiler pass {sampler_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
-    return {"spent": spent, "flops_per_sample": sum(results["old"]) / len(results["old"]), "samples": len(inputs)}
+    return {"spent": spent, "flops_per_sample": sum(flops) / len(flops), "samples": len(inputs)}
