@@ -158,7 +158,10 @@ def pass_costs(path, n_samples: int, timing_target, *, old: bool = True) -> dict
     flops = [sum(p.by_op.values()) for p in results["new"]]
     if old:
         old_s = spent["old"]
-        assert flops == results["old"]
+        # FlopCounterMode has no formula for the attention kernels, which the dispatch pass counts (by formula):
+        # equal on every op both count
+        both = [sum(n for op, n in p.by_op.items() if "attention" not in str(op)) for p in results["new"]]
+        assert both == results["old"]
         timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
     print(f"timed pass {timed:.2f} s; old FLOPs pass {spent['old'] / timed if old else float('nan'):.1f}x; "
           "dispatch pass (FLOPs + tensor peak) "
