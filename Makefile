@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make test   creates .venv when missing, installs, runs the whole test suite
 #   make bench  same set-up, then runs benchmarks/ on the embedded default (tiny real models)
+# Opt-in, never in `make test`/`make bench`/CI:
+#   make bench-full  builds the full-size fairseq models into the cache once (~1 GB), then measures them
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -14,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= auto
 BENCH_ARGS ?=
 
-.PHONY: test bench bench-power install sysdeps clean
+.PHONY: test bench bench-power bench-full install sysdeps clean
 
 install: $(STAMP)
 
@@ -54,6 +56,15 @@ bench: install
 # the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): skipped by `make bench`
 bench-power: install
 	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -s $(BENCH_ARGS)
+
+# full-size random-weight models (the released architectures' sizes), built once into $$S2ST_CACHE_DIR: per-model
+# numbers at 1 and 2 threads, each measuring pass's cost on the S2T at three sizes, memory truth; the JSON of
+# every table goes to FULL_REPORT_DIR. The plugin's own run over configs/full/*.yaml follows, as users run it.
+FULL_REPORT_DIR ?= .benchmarks/full
+bench-full: install
+	S2ST_BENCH_FULL=1 S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size.py -s $(BENCH_ARGS)
+	S2ST_FULL_DIR=$$($(PY) -m pytest_s2st.tiny.fairseq_full | tail -n 1) $(PY) -m pytest benchmarks/test_inference.py \
+	  $(foreach c,$(wildcard configs/full/*.yaml),--s2st-config $(c)) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .benchmarks .pytest_cache

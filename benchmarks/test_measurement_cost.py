@@ -56,12 +56,24 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     Prints the ratios; asserts the dispatch pass costs less than the old FLOPs pass alone and at most 1.5x that
     floor, and each memory pass <= 1.5x the timed pass."""
     import importlib.util
-    import time
 
     import pytest
 
     if importlib.util.find_spec("fairseq") is None:
         pytest.skip("the tiny S2T model needs the fairseq extra")
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    path = next(c for c in default_configs() if c.stem == "S2T")
+    pass_costs(path, 100, timing_target)
+
+
+def pass_costs(path, n_samples: int, timing_target, *, old: bool = True) -> dict:
+    """Every measuring pass of the S2T config at path, interleaved per sample over n_samples random samples
+    (the order rotated), 1 thread; returns the seconds each pass spent in all and the FLOPs per sample.
+    old=False leaves out the FLOPs pass of before issue 11 (13x the forward: too slow at full size). The cost-vs-size curve of
+    benchmarks/test_full_size.py runs this same pass set on the full-size S2T at three sizes."""
+    import time
+
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -71,14 +83,12 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     from pytest_s2st.measure.memory import MemoryProbe
     from pytest_s2st.measure.tensor_memory import run_probed
     from pytest_s2st.pipelines.base import build_pipeline
-    from pytest_s2st.tiny.fairseq_tiny import default_configs
 
     torch.set_num_threads(1)
-    path = next(c for c in default_configs() if c.stem == "S2T")
     config = load_config(path, known_model_types=known_model_types())
     pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
     stage = pipeline.stages[0]
-    inputs = [pipeline.prepare_sample(s) for s in generate_random_dataset(100)]
+    inputs = [pipeline.prepare_sample(s) for s in generate_random_dataset(n_samples)]
     for _ in range(2):
         stage.forward(inputs[0])
 
@@ -129,6 +139,8 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
     passes = {"timed": stage.forward, "floor": bare, "old": flop_counter_mode,
               "new": lambda x: run_probed(stage.forward, (x,), {})[1], "vmhwm": lambda x: vmhwm.measure(stage.forward, x),
               "memory_profiler": lambda x: sampler.measure(stage.forward, x)}
+    if not old:
+        del passes["old"]
     # interleaved per sample, the order rotated: a slow spell of a shared VM hits every pass alike (the sampler
     # child sits blocked on its stdin between its own calls)
     spent = dict.fromkeys(passes, 0.0)
@@ -142,13 +154,21 @@ def test_cost_of_measuring_tiny_s2t_100_samples(timing_target):
                 spent[name] += time.perf_counter() - t0
     finally:
         sampler.close()
-    timed, floor_s, old_s, new_s, vmhwm_s, sampler_s = (spent[n] for n in names)
-    print(f"timed pass {timed:.2f} s; old FLOPs pass {old_s / timed:.1f}x; dispatch pass (FLOPs + tensor peak) "
+    timed, floor_s, new_s, vmhwm_s, sampler_s = (spent[n] for n in ("timed", "floor", "new", "vmhwm", "memory_profiler"))
+    flops = [sum(p.by_op.values()) for p in results["new"]]
+    if old:
+        old_s = spent["old"]
+        # FlopCounterMode has no formula for the attention kernels, which the dispatch pass counts (by formula):
+        # equal on every op both count
+        both = [sum(n for op, n in p.by_op.items() if "attention" not in str(op)) for p in results["new"]]
+        assert both == results["old"]
+        timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
+    print(f"timed pass {timed:.2f} s; old FLOPs pass {spent['old'] / timed if old else float('nan'):.1f}x; "
+          "dispatch pass (FLOPs + tensor peak) "
           f"{new_s / timed:.1f}x; bare decomposing mode (floor) {floor_s / timed:.1f}x; memory pass vmhwm "
           f"{vmhwm_s / timed:.2f}x, memory_profiler {sampler_s / timed:.2f}x (+ {sampler_start_s:.2f} s to start "
           "its sampler, once per pass)")
-    assert [sum(p.by_op.values()) for p in results["new"]] == results["old"]
-    timing_target(new_s < old_s, f"dispatch pass {new_s:.2f} s >= the old FLOPs pass {old_s:.2f} s")
     timing_target(new_s <= 1.5 * floor_s, f"dispatch pass {new_s:.2f} s > 1.5x the bare decomposing mode's {floor_s:.2f} s")
     timing_target(vmhwm_s <= 1.5 * timed, f"vmhwm pass {vmhwm_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
     timing_target(sampler_s <= 1.5 * timed, f"memory_profiler pass {sampler_s:.2f} s > 1.5x the timed pass {timed:.2f} s")
+    return {"spent": spent, "flops_per_sample": sum(flops) / len(flops), "samples": len(inputs)}

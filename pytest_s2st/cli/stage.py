@@ -2,6 +2,10 @@
 
 With qwen-tts installed (the qwen extra) it also builds the tiny random Qwen3-TTS into OUT/qwen3tts
 (with its model-assets.json manifest) and OUT/configs/Qwen3TTS.yaml; --no-qwen skips it.
+
+--size full builds the released architectures at their released sizes instead (random weights, ~1 GB
+of fairseq checkpoints, plus the full-size Qwen3-TTS where pytest_s2st.tiny.qwen_full exists) and prints
+each model's parameter count next to the released checkpoint's.
 """
 from __future__ import annotations
 
@@ -19,8 +23,13 @@ def main(argv: list[str] | None = None) -> int:
                     "dataset, text datasets and one ready-to-run config per model type into OUT.")
     parser.add_argument("out", type=Path, help="output directory (created; existing files are overwritten)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the embedded default's)")
-    parser.add_argument("--no-qwen", action="store_true", help="skip the tiny Qwen3-TTS even when qwen-tts is installed")
+    parser.add_argument("--no-qwen", action="store_true", help="skip the Qwen3-TTS model even when qwen-tts is installed")
+    parser.add_argument("--size", choices=("tiny", "full"), default="tiny",
+                        help="tiny (default): small real models for tests; full: the released architectures at "
+                             "their released sizes, random weights (~1 GB of fairseq checkpoints, more with Qwen3-TTS)")
     args = parser.parse_args(argv)
+    if args.size == "full":
+        return _stage_full(args)
     from ..tiny import fairseq_tiny
 
     try:
@@ -50,6 +59,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qwen3tts       {sum(f.stat().st_size for f in model_dir.rglob('*') if f.is_file()) / 1024:>7.1f}"
               f"           {model_dir.relative_to(out)} (manifest: model-assets.json)")
         print(f"config  {'Qwen3TTS':<11} {config.relative_to(out)}")
+    return 0
+
+
+def _stage_full(args: argparse.Namespace) -> int:
+    from ..tiny import fairseq_full
+
+    try:
+        if args.out.exists() and not args.out.is_dir():
+            raise S2STError(f"{args.out}: exists and is not a directory")
+        seed = fairseq_full.SEED if args.seed is None else args.seed
+        result = fairseq_full.stage_full(args.out, seed=seed, qwen=not args.no_qwen)
+    except S2STError as exc:
+        print(f"s2st-stage: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"s2st-stage: error: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    out = Path(result["out_dir"])
+    print(f"staged full-size models into {out} (seed {seed})")
+    print(f"{'model':<20} {'MiB':>7} {'build s':>8} {'params':>12} {'released':>12}  sha256")
+    for name, m in result["models"].items():
+        released = f"{m['released']:,}" if m["released"] else "unpublished"
+        print(f"{name:<20} {m['bytes'] / 2**20:>7.1f} {m['build_s']:>8.2f} {m['params']:>12,} {released:>12}  "
+              f"{m['sha256']}  {Path(m['path']).relative_to(out)}")
+    for name, p in result["datasets"].items():
+        print(f"dataset {name:<10} {Path(p).relative_to(out)}")
+    for name, p in result["configs"].items():
+        print(f"config  {name:<15} {Path(p).relative_to(out)}")
+    for name, entry in (result["qwen3tts"] or {}).items():
+        print(f"qwen3tts {name}: {entry}")
     return 0
 
 

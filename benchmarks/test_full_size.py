@@ -1,0 +1,191 @@
+"""Full-size models (issue 17), opt-in: `make bench-full` (S2ST_BENCH_FULL=1). Builds the released fairseq
+architectures at their released sizes once into the cache (~1 GB, a few minutes), then:
+
+* per model, 1 and 2 threads: runtime per sample, RTF where the output is speech, peak RSS, tensor peak, FLOPs,
+  through the runner users run (measure_pipeline, every pass);
+* what each measuring pass costs against the plain forward at full size: the same interleaved pass set as
+  test_measurement_cost.py's tiny benchmark, on the S2T at three sizes (the cost-vs-size curve);
+* memory truth at GB scale: peak RSS of loading + one forward in a fresh process against the model bytes and
+  activations computed by hand.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FULL_ENV = "S2ST_BENCH_FULL"
+if os.environ.get(FULL_ENV) != "1":
+    pytest.skip(f"full-size benchmarks are opt-in: make bench-full ({FULL_ENV}=1)", allow_module_level=True)
+pytest.importorskip("fairseq")
+
+
+def _report(name: str, data) -> None:
+    """Print a result and keep it as JSON under $S2ST_FULL_REPORT_DIR (when set) for the docs."""
+    print(f"{name}: {json.dumps(data, indent=1)}")
+    folder = os.environ.get("S2ST_FULL_REPORT_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{name}.json"), "w") as f:
+            json.dump(data, f, indent=1)
+
+
+def _audio_s(outputs) -> float | None:
+    speech = [o for o in outputs if isinstance(o, dict) and "waveform" in o]
+    if not speech:
+        return None
+    return sum(len(o["waveform"]) / o["sample_rate"] for o in speech) / len(speech)
+
+
+SAMPLES_ENV = "S2ST_FULL_SAMPLES"  # samples per model (default 1: on a shared 2-core machine 3 took too long)
+MODELS_ENV = "S2ST_FULL_MODELS"    # comma-separated config names to measure (default: all)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_full_size_models(threads):
+    """Every full-size config through measure_pipeline (the memory pass warms up: vmhwm, then the dispatch pass
+    for FLOPs + tensor peak, then the timed round) on the first $S2ST_FULL_SAMPLES samples; RTF = runtime per
+    sample / seconds of audio it produced."""
+    import gc
+
+    from pytest_s2st.cases import known_model_types
+    from pytest_s2st.config import load_config
+    from pytest_s2st.datasets import load_dataset
+    from pytest_s2st.measure.device import resolve_device
+    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.runner import RunSettings, measure_pipeline
+    from pytest_s2st.tiny.fairseq_full import default_full_configs
+
+    rows = {}
+    wanted = os.environ.get(MODELS_ENV)
+    for name, path in default_full_configs().items():
+        if wanted and name not in wanted.split(","):
+            continue
+        config = load_config(path, known_model_types=known_model_types())
+        pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
+        samples = load_dataset(config.general["dataset_path"], size=int(os.environ.get(SAMPLES_ENV, "1")))
+        settings = RunSettings(device=resolve_device("cpu"), threads=threads, warmup=0)
+        m = measure_pipeline(pipeline, samples, settings, case_id=name)
+        totals = m.totals
+        runtime = totals["runtime_s"].value
+        audio = _audio_s(m.outputs)
+        print(f"{name} at {threads} thread(s): {runtime:.2f} s per sample", flush=True)
+        rows[name] = {
+            "runtime_s": round(runtime, 3), "audio_s": audio and round(audio, 3),
+            "rtf": audio and round(runtime / audio, 3),
+            "peak_rss_mib": totals["peak_rss_mib"].value, "peak_delta_mib": totals["peak_delta_mib"].value,
+            "tensor_peak_mib": round(totals["tensor_peak_mib"].value, 1),
+            "gflops": round(totals["flops"].value / 1e9, 2), "threads": m.info["threads"],
+        }
+        del pipeline, m
+        gc.collect()
+        _report(f"full_models_t{threads}", rows)  # after every model: a long run keeps what it measured
+        assert runtime > 0 and rows[name]["gflops"] > 0 and rows[name]["tensor_peak_mib"] > 0, name
+        assert audio is None or audio > 0.5, (name, audio)  # every speech model spoke (>= 0.5 s of audio)
+
+
+@pytest.mark.parametrize("arch", ["tiny", "s2t_transformer_xs", "s2t_transformer_s", "s2t_transformer_m"])
+def test_cost_of_measuring_full_size_s2t(arch, timing_target):
+    """The measuring passes of test_measurement_cost.py (timed, dispatch FLOPs + tensor peak, the bare decomposing
+    floor, vmhwm, memory_profiler; the old FLOPs pass on the tiny model only), interleaved per sample, on the S2T
+    at one size: the cost-vs-size curve. Same targets as the tiny run (timing_target)."""
+    from test_measurement_cost import pass_costs
+
+    from pytest_s2st.tiny.fairseq_full import _build_meta, count_parameters, s2t_variant, s2t_variant_config
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    if arch == "tiny":  # the tiny S2T's forward takes ms: 20 samples for the same pass set
+        path, n, params = next(c for c in default_configs() if c.stem == "S2T"), 20, None
+    else:
+        path, n = s2t_variant_config(arch), int(os.environ.get(SAMPLES_ENV, "2"))
+        params = count_parameters(_build_meta(s2t_variant(arch)))
+    result = pass_costs(path, n, timing_target, old=arch == "tiny")
+    timed = result["spent"]["timed"]
+    _report(f"cost_{arch}", {
+        "params": params, "samples": result["samples"],
+        "timed_s_per_sample": round(timed / result["samples"], 3),
+        "gflops_per_sample": round(result["flops_per_sample"] / 1e9, 3),
+        "x_timed": {k: round(v / timed, 3) for k, v in result["spent"].items()}})
+
+
+# What the child does: load the S2T the way the runner does (build_pipeline), then one forward; VmRSS before
+# anything, after the imports, after loading, and VmHWM after each step (reset between via clear_refs).
+_CHILD = textwrap.dedent("""
+    import json, sys
+    def status(key):
+        for line in open("/proc/self/status"):
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    def reset():
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    import torch, fairseq.checkpoint_utils  # the imports, kept out of the model's memory
+    from pytest_s2st.cases import known_model_types
+    from pytest_s2st.config import load_config
+    from pytest_s2st.datasets import load_dataset
+    from pytest_s2st.pipelines.base import build_pipeline
+    torch.set_num_threads(1)
+    path = sys.argv[1]
+    config = load_config(path, known_model_types=known_model_types())
+    samples = load_dataset(config.general["dataset_path"], size=1)
+    out = {"imports_rss": status("VmRSS")}
+    reset()
+    pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
+    stage = pipeline.stages[0]
+    x = pipeline.prepare_sample(samples[0])
+    out.update(load_hwm=status("VmHWM"), loaded_rss=status("VmRSS"))
+    reset()
+    stage.forward(x)
+    out.update(forward_hwm=status("VmHWM"), after_rss=status("VmRSS"),
+               frames=int(samples[0]["net_input"]["src_lengths"][0]),
+               params=sum(p.numel() for p in stage.model.parameters()) if hasattr(stage, "model") else None)
+    print(json.dumps(out))
+""")
+
+
+def test_memory_truth_s2t_load_and_forward():
+    """Peak RSS of loading the full-size S2T and of one forward, in a fresh process, against a count by hand.
+    Loading holds the checkpoint's tensors (read by torch.load) and the freshly built model at once: its peak over
+    the imports is 2 x the model bytes (within 15 % + 32 MiB). The checkpoint's freed pages mostly stay with the
+    process (glibc raises its mmap threshold after the first large frees, so later large blocks come from the heap
+    and are reused, not unmapped): RSS after loading is reported against the model bytes. One forward then adds
+    its activations on top of that: the encoder's (conv subsampler output, one layer's q/k/v, attention scores and
+    FFN hidden at T/4 frames, every layer's output) and the beam search's (5 hypotheses x 40 steps: incremental
+    self-attention k/v, cross-attention k/v, one step's logits), counted below: measured within 0.5-2x of it."""
+    from pytest_s2st.tiny.fairseq_full import SPECS, default_full_configs
+
+    path = default_full_configs()["S2T"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = json.loads(proc.stdout.strip().splitlines()[-1])
+    mib = 2 ** 20
+    params = 29_536_256  # tests/test_fairseq_full.py counts it by hand (s2t_transformer_s, 10k vocabulary)
+    model_bytes = 4 * params
+    # activations of one forward, fp32, by hand (T input frames -> T/4 after two stride-2 convs)
+    t, d, ffn, heads, vocab, beam, steps = m["frames"], 256, 2048, 4, SPECS["s2t"].vocab, 5, 40
+    t4 = -(-(-(-t // 2)) // 2)
+    conv = t * 1024 + t // 2 * 1024                   # conv1 output (1024 ch) + GLU / conv2 output, per frame
+    layer = 3 * t4 * d + heads * t4 * t4 + t4 * ffn   # q/k/v, attention scores, FFN hidden of one layer
+    encoder = conv + layer + 12 * t4 * d              # one layer live at a time + every layer's output
+    cache = 6 * 2 * beam * steps * d + 6 * 2 * beam * t4 * d  # incremental self-attn k/v + cross-attn k/v
+    step = beam * vocab * 3                           # logits, log-probs, scores of one step
+    activations = 4 * (encoder + cache + step)
+    load_peak = m["load_hwm"] - m["imports_rss"]
+    forward_rise = m["forward_hwm"] - m["loaded_rss"]
+    _report("memory_truth_s2t", {
+        "params": params, "model_mib": round(model_bytes / mib, 1), "frames": t,
+        "imports_rss_mib": round(m["imports_rss"] / mib, 1),
+        "load_peak_over_imports_mib": round(load_peak / mib, 1), "expected_load_mib": round(2 * model_bytes / mib, 1),
+        "rss_after_load_over_imports_mib": round((m["loaded_rss"] - m["imports_rss"]) / mib, 1),
+        "forward_peak_over_loaded_mib": round(forward_rise / mib, 1),
+        "expected_activations_mib": round(activations / mib, 1),
+        "peak_over_imports_mib": round((m["forward_hwm"] - m["imports_rss"]) / mib, 1)})
+    assert m["params"] in (None, params)
+    assert abs(load_peak - 2 * model_bytes) <= 0.15 * 2 * model_bytes + 32 * mib, (load_peak / mib, model_bytes / mib)
+    assert 0.5 * activations <= forward_rise <= 2 * activations, (forward_rise / mib, activations / mib)
