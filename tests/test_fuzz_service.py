@@ -26,6 +26,7 @@ from pytest_s2st import runs
 from pytest_s2st.errors import S2STError
 from pytest_s2st.service import http1
 from pytest_s2st.service.client import _Fail, _Run, request_head, run_load, speech_url
+from pytest_s2st.service.evidence import AudioSink
 from pytest_s2st.service.server import sse_event
 from pytest_s2st.service.workload import load_workload
 
@@ -105,7 +106,8 @@ class _PieceConn:
 def test_sse_event_path_ends_in_an_event_or_a_recorded_reason(pieces, max_audio_s):
     COUNTS["sse_direct"] += 1
     run = _Run(speech_url("http://127.0.0.1:1"), 1, Path("."), 1.0, 1.0, time.perf_counter(), max_audio_s)
-    record, pcm = run.new_record({"id": "a"}, 0, False), bytearray()
+    record = run.new_record({"id": "a"}, 0, False)
+    pcm = AudioSink(Path("unused.wav"), lambda *_: None)  # counted, never written
 
     async def read():
         found = await run._read_events(_PieceConn(pieces), record, pcm)
@@ -121,9 +123,9 @@ def test_sse_event_path_ends_in_an_event_or_a_recorded_reason(pieces, max_audio_
     except _Fail as exc:
         assert str(exc) and len(str(exc)) < 1000
         COUNTS["sse_direct:reason"] += 1
-    assert len(pcm) <= run.limits.pcm_bytes(record["sample_rate"])
+    assert pcm.size <= run.limits.pcm_bytes(record["sample_rate"])
     assert len(record["chunks"]) <= run.limits.events
-    json.dumps(record, allow_nan=True)  # the writer can always write it (ensure_ascii escapes anything)
+    runs.record_json(record)  # the writer can always write it (a lone surrogate is escaped)
 
 
 # --- the HTTP/1.1 response parser, on an in-memory stream ------------------------------------------

@@ -226,12 +226,12 @@ def test_run_load_over_https(tmp_path, monkeypatch):
 
 
 def test_evidence_writer_runs_at_background_priority(tmp_path):
-    from pytest_s2st.service.client import _Run
+    from pytest_s2st.service.evidence import Writer
 
-    r = _Run(speech_url("http://127.0.0.1:1"), 1, tmp_path, 1.0, 1.0, 0.0)
+    w = Writer(tmp_path)
     try:
-        nice = r._io.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+        nice = w._io.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
     finally:
-        r.close()
+        w.close()
     assert nice == 19
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # the event loop's thread is untouched

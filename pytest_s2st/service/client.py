@@ -41,13 +41,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import hashlib
 import json
 import math
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +54,7 @@ from yarl import URL
 from .. import runs
 from ..errors import S2STError
 from . import arrivals, http1
+from .evidence import AudioSink, Writer
 from . import openai_api as oa
 from .stats import summarize
 
@@ -169,6 +166,42 @@ class _Events:
         return events
 
 
+class _Seen:
+    """What a response's body showed, for a failure's reason: its first bytes, how many SSE events it
+    held, and the events of other types, counted by name (at most _MAX_NAMES names)."""
+    _HEAD, _MAX_NAMES = 80, 8
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.events = 0
+        self.foreign: dict[str, int] = {}
+
+    def body(self, piece: bytes) -> None:
+        if len(self.head) < self._HEAD:
+            self.head += piece[: self._HEAD - len(self.head)]
+
+    def other(self, name: str) -> None:
+        if name in self.foreign or len(self.foreign) < self._MAX_NAMES:
+            self.foreign[name] = self.foreign.get(name, 0) + 1
+
+    def names(self) -> str:
+        """'1,204 events of type 'audio', 1 of type 'done'' (most first)."""
+        counts = sorted(self.foreign.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{n:,} {'events' if n != 1 else 'event'} of type {name}" if i == 0 else f"{n:,} of type {name}"
+                         for i, (name, n) in enumerate(counts))
+
+    def first_bytes(self) -> str:
+        return f"first bytes: {self.head!r}" if self.head else "an empty body"
+
+
+def _event_name(event: dict) -> str:
+    """An event's name for a reason: its type, or, without one, its keys."""
+    if "type" in event:
+        return repr(str(event["type"])[:60])
+    keys = ", ".join(repr(str(k)[:30]) for k in list(event)[:5])
+    return f"none (keys {keys})" if keys else "none (an empty object)"
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -182,16 +215,6 @@ def request_head(url: URL, accept: str = "text/event-stream", authorization: str
     auth = f"Authorization: {authorization}\r\n" if authorization else ""
     return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: pytest-s2st\r\n"
             f"Accept: {accept}\r\nContent-Type: application/json\r\n{auth}").encode()
-
-
-def _background_priority() -> None:
-    """The evidence writer yields the CPU to the event loop and the server under test: on a small
-    machine it otherwise competes with them for a core at the moment a response arrives
-    (measured at c=64 on 2 cores: the client's receive-leg p99 0.9-1.0 ms without the writer, 1.3 with it)."""
-    try:  # Linux: a thread id here sets that thread's nice value only
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # elsewhere, or not permitted: the writer keeps its priority
-        pass
 
 
 @dataclass
@@ -225,12 +248,7 @@ class _Run:
     head: bytes = field(init=False)  # request line + fixed headers, built once
     slots: list[_Slot] = field(init=False)  # one per worker
     records: list[dict] = field(default_factory=list)
-    write_error: str | None = None  # the first record the writer thread could not write
-    _fh: Any = None
-    # One evidence-writer thread, FIFO: file IO never blocks the event loop that stamps chunk
-    # arrivals (measured here: inline WAV writes raised the c=64 TTFA overhead p99 several-fold).
-    _io: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        1, thread_name_prefix="s2st-evidence", initializer=_background_priority))
+    writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
 
     def __post_init__(self) -> None:
         self.limits = Limits(self.max_audio_s)
@@ -239,45 +257,16 @@ class _Run:
         self.head = request_head(self.url, "*/*" if openai else "text/event-stream",
                                  oa.authorization() if openai else None)
         self.slots = [_Slot() for _ in range(self.concurrency)]
+        self.writer = Writer(self.out_dir)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def keep(self, record: dict, pcm: bytes | None = None) -> None:
-        """Hand the record (with the PCM of a completed response) to the writer thread, in order."""
+    def keep(self, record: dict, sink: AudioSink | None = None, completed: bool = False) -> None:
+        """Hand the record to the writer thread, in order: a completed response's WAV is finished
+        (hash checked, header written, renamed) before its record; a failed one's part file removed."""
         self.records.append(record)
-        self._io.submit(self._persist, record, pcm)
-
-    def _persist(self, record: dict, pcm: bytes | None) -> None:
-        try:
-            self._persist_one(record, pcm)
-        except Exception as exc:  # a future nobody awaits would drop it: run_load raises it at the end
-            self.write_error = self.write_error or f"could not write record {record.get('id')}: {exc}"
-
-    def _persist_one(self, record: dict, pcm: bytes | None) -> None:
-        """Writer thread: hash and check the PCM, write the WAV, then append the record.
-        Off the event loop, so that none of it delays the TTFA stamps of the other streams."""
-        if pcm is not None:
-            digest = hashlib.sha256(pcm).hexdigest()
-            path = runs.wav_path(self.out_dir, record["id"])
-            if record["server_done"].get("pcm_sha256") not in (None, digest):
-                record.update(status="error", audio_seconds=None,
-                              error="pcm_sha256 in the done event does not match the received PCM")
-            else:
-                try:
-                    runs.write_bytes_atomic(path, runs.wav_bytes(pcm, record["sample_rate"]))
-                    record.update(pcm_sha256=digest, wav=f"{runs.WAV_DIR}/{path.name}")
-                except Exception as exc:  # no WAV, no "ok": the evidence would be incomplete
-                    record.update(status="error", audio_seconds=None, error=f"could not write {path}: {exc}")
-        # the file stays open for the run; a flush per record gives the same durability as reopening
-        try:
-            self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
-        except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
-            self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._io.shutdown(wait=True)
+        self.writer.keep(record, sink, completed)
 
     def new_record(self, item: dict, index: int, warmup: bool) -> dict:
         record: dict[str, Any] = {
@@ -294,20 +283,22 @@ class _Run:
             due_t=None, start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
             sample_rate=None, http_status=None, streaming=None, status="error", error=None, pcm_sha256=None, wav=None,
         )
+        record["chunks"] = runs.Timeline()  # [t, nbytes] per arrival, compact: the audio itself goes to disk
         return record
 
     async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
         record["due_t"] = due_t
         body = self.body(item)
-        pcm = bytearray()
+        pcm = self.writer.sink(record["id"])
+        seen = _Seen()
         try:
-            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm))
+            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm, seen))
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
             record["error"] = "cancelled: the run's total time bound ran out before this request finished"
-            self.keep(record)
+            self.keep(record, pcm)
             raise
         except _Fail as exc:
             record["error"] = str(exc)
@@ -326,10 +317,14 @@ class _Run:
         except Exception as exc:  # a client bug must not take the other requests down; record it
             record["error"] = f"client error {type(exc).__name__}: {exc}"
         else:
-            self.keep(record, bytes(pcm))  # completed: its WAV is written first, then the record
+            self.keep(record, pcm, completed=True)  # its WAV is finished first, then the record
             return
+        if seen.foreign and not record["chunks"] and "of type" not in record["error"]:
+            # the request failed (a timeout, a bound) on a stream of another protocol's events: say so
+            record["error"] += (f"; the response held no events of the expected type ({self._expected()}) but "
+                                f"{seen.names()}{self._hint_events(seen.foreign)}")
         slot.drop()  # a failed exchange leaves its connection in an unknown state
-        self.keep(record)
+        self.keep(record, pcm)
 
     def body(self, item: dict) -> dict:
         if self.protocol == oa.OPENAI:
@@ -349,7 +344,7 @@ class _Run:
             raise _Fail(f"connection failed: {exc}") from None
         return slot.conn
 
-    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: bytearray) -> None:
+    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: AudioSink, seen: _Seen) -> None:
         record["send_wall"] = time.time()
         record["start_t"] = self.now()
         conn = await self._connect(slot)
@@ -363,19 +358,15 @@ class _Run:
             raw = await self._head_of_body(conn, 2000)
             raise _Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
         if self.protocol == oa.OPENAI:
-            await self._read_openai(conn, resp, record, pcm)
+            await self._read_openai(conn, resp, record, pcm, seen)
             record["server_done"] = {}  # OpenAI's answers carry no sample count or hash to check
             return
         if resp.content_type != oa.SSE_TYPE:
             raise _Fail(f"expected SSE audio events (text/event-stream) for protocol s2st; got "
                         f"{await self._describe(conn, resp)} (not text/event-stream){self._hint(resp)}")
-        foreign: list[str] = []
-        done = await self._read_events(conn, record, pcm, foreign)
+        done = await self._read_events(conn, record, pcm, seen)
         if done is None:
-            if foreign and not record["chunks"]:
-                raise _Fail(f"expected SSE events of type audio/done for protocol s2st; got events of type "
-                            f"{', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
-            raise _Fail("stream ended before the done event (server closed mid-stream)")
+            self._no_done(resp, record, seen, "done")
         record["streaming"] = done.get("streaming")
         record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
 
@@ -403,18 +394,39 @@ class _Run:
         text = " ".join(raw.decode(errors="replace").split())
         return f"{ctype}: {text!r}" if text else ctype
 
-    def _hint(self, resp: http1.Response, foreign: list[str] | None = None) -> str:
+    def _expected(self) -> str:
+        types = f"{oa.DELTA}/{oa.DONE}" if self.protocol == oa.OPENAI else "audio/done"
+        return f"{types} for protocol {self.protocol}"
+
+    def _no_done(self, resp: http1.Response, record: dict, seen: _Seen, done: str) -> None:
+        """The body ended (as its framing says) without the done event: why, as far as the body shows."""
+        if not record["chunks"] and seen.foreign:
+            raise _Fail(f"expected SSE events of type {self._expected()}; got events of type "
+                        f"{', '.join(seen.foreign)}{self._hint(resp, seen.foreign)}")
+        if not seen.events:
+            raise _Fail(f"no events of the expected type ({self._expected()}) in a response that ended "
+                        f"cleanly ({seen.first_bytes()})")
+        raise _Fail(f"stream ended before the {done} event (server closed mid-stream)")
+
+    def _hint(self, resp: http1.Response, foreign: Any = ()) -> str:
+        if self.protocol == oa.OWN and resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES:
+            return f" (this server may speak protocol {oa.OPENAI}: try --s2st-protocol {oa.OPENAI})"
+        return self._hint_events(foreign)
+
+    def _hint_events(self, names: Any) -> str:
+        """Event names (repr'd) that belong to the other protocol -> a hint to switch."""
         other = oa.OPENAI if self.protocol == oa.OWN else oa.OWN
-        looks_other = (resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES or any(t.startswith("speech.") for t in foreign or ())
-                       if self.protocol == oa.OWN else any(t in ("audio", "done") for t in foreign or ()))
+        looks_other = (any(t.startswith("'speech.") for t in names) if self.protocol == oa.OWN
+                       else any(t in ("'audio'", "'done'") for t in names))
         return f" (this server may speak protocol {other}: try --s2st-protocol {other})" if looks_other else ""
 
     # --- protocol openai: raw PCM, OpenAI's SSE events, or a WAV --------------------------------------------
 
-    async def _read_openai(self, conn: http1.Connection, resp: http1.Response, record: dict, pcm: bytearray) -> None:
+    async def _read_openai(self, conn: http1.Connection, resp: http1.Response, record: dict, pcm: AudioSink,
+                           seen: _Seen) -> None:
         ctype = resp.content_type
         if ctype == oa.SSE_TYPE:
-            await self._read_openai_sse(conn, resp, record, pcm)
+            await self._read_openai_sse(conn, resp, record, pcm, seen)
         elif ctype in oa.PCM_TYPES:
             try:
                 rate = oa.content_rate(resp.headers.get("content-type", "")) or self.sample_rate
@@ -427,25 +439,25 @@ class _Run:
             raise _Fail(f"expected raw PCM, SSE audio events or a WAV for protocol openai; got "
                         f"{await self._describe(conn, resp)}")
 
-    def _audio(self, record: dict, pcm: bytearray, chunk: bytes, t: float, rate: int) -> None:
+    def _audio(self, record: dict, pcm: AudioSink, chunk: bytes, t: float, rate: int) -> None:
         """One audio arrival of ``chunk`` at ``t``, bounded like the own protocol's audio events."""
         cap = self.limits.at(rate)[0]
-        if len(pcm) + len(chunk) > cap:
+        if pcm.size + len(chunk) > cap:
             raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
         if len(record["chunks"]) >= self.limits.events:
             raise _Fail(f"response passed {self.limits.events} audio chunks "
                         f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-        pcm.extend(chunk)
-        record["chunks"].append([t, len(chunk)])
-        if record["first_audio_t"] is None and len(pcm) >= 2:  # a whole int16 sample has arrived
+        pcm.add(chunk)
+        record["chunks"].add(t, len(chunk))
+        if record["first_audio_t"] is None and pcm.size >= 2:  # a whole int16 sample has arrived
             record["first_audio_t"] = t
 
     @staticmethod
-    def _whole_samples(pcm: bytearray, what: str) -> None:
-        if len(pcm) % 2:
-            raise _Fail(f"{what}: {len(pcm)} bytes is not whole int16 samples")
+    def _whole_samples(pcm: AudioSink, what: str) -> None:
+        if pcm.size % 2:
+            raise _Fail(f"{what}: {pcm.size} bytes is not whole int16 samples")
 
-    async def _read_raw(self, conn: http1.Connection, record: dict, pcm: bytearray, rate: int) -> None:
+    async def _read_raw(self, conn: http1.Connection, record: dict, pcm: AudioSink, rate: int) -> None:
         """Raw int16 LE mono PCM: every body piece, stamped as read, is an audio arrival (a piece may
         split a sample; TTFA waits for the first whole one). The body's end is the done."""
         record["sample_rate"] = rate
@@ -454,19 +466,19 @@ class _Run:
             t = self.now()
             if piece:
                 self._audio(record, pcm, piece, t, rate)
+                await self.writer.room()
         record["done_t"] = self.now()
         self._whole_samples(pcm, "raw PCM response")
 
     async def _read_openai_sse(self, conn: http1.Connection, resp: http1.Response, record: dict,
-                               pcm: bytearray) -> None:
+                               pcm: AudioSink, seen: _Seen) -> None:
         """OpenAI's speech SSE: speech.audio.delta (base64 PCM) events, then speech.audio.done."""
         events = _Events(self.limits)
         rate = self.sample_rate
         events.rate = rate
         _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
-        foreign: list[str] = []
         done = None
-        async for t, raw in self._sse_events(conn, events):
+        async for t, raw in self._sse_events(conn, events, seen):
             try:
                 kind, value = oa.parse_event(raw)
             except ValueError as exc:
@@ -486,17 +498,14 @@ class _Run:
                 done = events.done = value
             elif kind == "error":
                 raise _Fail(f"server error event: {value}")
-            elif len(foreign) < 3 and value not in foreign:
-                foreign.append(value)
+            else:
+                seen.other(_event_name(json.loads(raw)))  # parse_event read it as a JSON object
         if done is None:
-            if foreign and not record["chunks"]:
-                raise _Fail(f"expected SSE events of type {oa.DELTA}/{oa.DONE} for protocol openai; got events "
-                            f"of type {', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
-            raise _Fail(f"stream ended before the {oa.DONE} event (server closed mid-stream)")
+            self._no_done(resp, record, seen, oa.DONE)
         record["sample_rate"] = rate
         self._whole_samples(pcm, "SSE audio")
 
-    async def _read_wav(self, conn: http1.Connection, record: dict, pcm: bytearray) -> None:
+    async def _read_wav(self, conn: http1.Connection, record: dict, pcm: AudioSink) -> None:
         """A WAV answer is audio only when whole: one arrival, at the body's end (TTFA = the whole response)."""
         reader = oa.WavReader()
         conn.max_chunk_bytes = self.limits.at(oa.MAX_RATE)[2]
@@ -509,9 +518,10 @@ class _Run:
             if reader.rate is not None and cap is None:
                 cap = self.limits.at(reader.rate)[0]
                 conn.max_chunk_bytes = self.limits.at(reader.rate)[2]
-            if cap is not None and len(pcm) + len(data) > cap:
+            if cap is not None and pcm.size + len(data) > cap:
                 raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {reader.rate} Hz)")
-            pcm.extend(data)
+            pcm.add(data)
+            await self.writer.room()
         t = self.now()
         try:
             reader.finish()
@@ -519,18 +529,19 @@ class _Run:
             raise _Fail(f"malformed WAV response: {exc}") from None
         self._whole_samples(pcm, "WAV response")
         record.update(sample_rate=reader.rate, done_t=t, streaming=False)
-        if pcm:
-            record["chunks"].append([t, len(pcm)])
+        if pcm.size:
+            record["chunks"].add(t, pcm.size)
             record["first_audio_t"] = t
 
-    async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray,
-                           foreign: list[str] | None = None) -> dict | None:
+    async def _read_events(self, conn: http1.Connection, record: dict, pcm: AudioSink,
+                           seen: _Seen | None = None) -> dict | None:
         """SSE events off the body as it arrives; each piece stamped when read. After the done event
         the body is read to its end, so that the connection can carry the next request."""
         events = _Events(self.limits)
         conn.max_chunk_bytes = self.limits.at(None)[2]
         done = None
-        async for t, raw in self._sse_events(conn, events):
+        seen = seen or _Seen()
+        async for t, raw in self._sse_events(conn, events, seen):
             event = self._parse(raw)
             kind = event.get("type")
             if kind == "audio":
@@ -544,11 +555,11 @@ class _Run:
                 done = events.done = event
             elif kind == "error":
                 raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
-            elif foreign is not None and len(foreign) < 3 and str(kind)[:60] not in foreign:
-                foreign.append(str(kind)[:60])  # another protocol's events: named if no audio comes
+            else:
+                seen.other(_event_name(event))  # another protocol's events: named if no audio comes
         return done
 
-    async def _sse_events(self, conn: http1.Connection, events: "_Events"):
+    async def _sse_events(self, conn: http1.Connection, events: "_Events", seen: _Seen):
         """(arrival time, raw event) off the body as it arrives, each piece stamped when read, at most
         limits.events of them. Once the caller sets ``events.done`` the rest of the body is read to its
         end unparsed, so that the connection can carry the next request."""
@@ -557,14 +568,17 @@ class _Run:
             t = self.now()
             if events.done is not None:
                 continue  # draining
+            seen.body(piece)
             for raw in events.feed(piece):
                 count += 1
+                seen.events = count
                 if count > self.limits.events:
                     raise _Fail(f"response passed {self.limits.events} SSE events "
                                 f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
                 yield t, raw
                 if events.done is not None:
                     break
+            await self.writer.room()
 
     @staticmethod
     def _parse(raw: bytes) -> dict:
@@ -576,7 +590,7 @@ class _Run:
             raise _Fail(f"malformed SSE event (not an object): {raw[:80]!r}")
         return event
 
-    def _take_audio(self, event: dict, t: float, record: dict, pcm: bytearray) -> None:
+    def _take_audio(self, event: dict, t: float, record: dict, pcm: AudioSink) -> None:
         try:
             chunk = base64.b64decode(event["pcm"], validate=True)
         except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
@@ -589,44 +603,43 @@ class _Run:
         if len(chunk) % 2:
             raise _Fail(f"audio event {_short(event.get('index'))}: {len(chunk)} bytes is not whole int16 samples")
         cap = self.limits.at(rate)[0]
-        if len(pcm) + len(chunk) > cap:
+        if pcm.size + len(chunk) > cap:
             raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
         record["sample_rate"] = rate
-        pcm.extend(chunk)
-        record["chunks"].append([t, len(chunk)])
+        pcm.add(chunk)
+        record["chunks"].add(t, len(chunk))
         if chunk and record["first_audio_t"] is None:
             record["first_audio_t"] = t
 
-    def _finish(self, record: dict, pcm: bytearray) -> None:
-        samples = len(pcm) // 2
+    def _finish(self, record: dict, pcm: AudioSink) -> None:
+        samples = pcm.size // 2
         server = record.get("server_done") or {}
         if not samples:
             raise _Fail("response carried no audio")
         if server.get("samples") is not None and server["samples"] != samples:
             raise _Fail(f"done event says {server['samples']} samples, received {samples}")
-        # the hash is checked, and the WAV written, by the writer thread (_persist)
+        # the hash is checked, and the WAV finished, by the writer thread (evidence.Writer)
         record.update(status="ok", audio_seconds=samples / record["sample_rate"])
 
     async def measure(self, workload: list[dict], warmups: int, count: int,
                       deadline: float | None) -> tuple[bool, float, float]:
         """Warm-ups, then the measured phase: (timed_out, warm-up wall s since t0, measured wall s)."""
-        with open(self.out_dir / runs.REQUESTS, "a", encoding="utf-8") as fh:
-            self._fh = fh
-            try:
-                timed_out = await self.phase(workload, warmups, True, deadline)
-                # the warm-ups' evidence is on disk before the clock starts: its writing does not
-                # compete with the measured phase's first requests
-                await asyncio.wrap_future(self._io.submit(lambda: None))
-                warmup_wall = time.perf_counter() - self.t0
-                t_measured = time.perf_counter()
-                timed_out = await self.phase(workload, count, False, deadline) or timed_out
-                wall = time.perf_counter() - t_measured
-            finally:
-                for slot in self.slots:
-                    slot.drop()
-                await asyncio.to_thread(self.close)  # every queued record and WAV is on disk
-        if self.write_error:
-            raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.write_error}")
+        self.writer.open()
+        try:
+            timed_out = await self.phase(workload, warmups, True, deadline)
+            # the warm-ups' evidence is on disk before the clock starts: its writing does not
+            # compete with the measured phase's first requests
+            await asyncio.wrap_future(self.writer.barrier())
+            warmup_wall = time.perf_counter() - self.t0
+            t_measured = time.perf_counter()
+            timed_out = await self.phase(workload, count, False, deadline) or timed_out
+            wall = time.perf_counter() - t_measured
+        finally:
+            for slot in self.slots:
+                slot.drop()
+            await asyncio.to_thread(self.writer.close)  # every queued record and WAV is on disk
+        if self.writer.error:
+            raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.writer.error}")
         return timed_out, warmup_wall, wall
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
@@ -859,7 +872,12 @@ async def run_load(
     summary = summarize(run.records, wall, targets)
     # open-loop load: the asked rate ("inf": closed loop) beside the achieved one
     summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
-    summary["achieved_rate"], why = arrivals.achieved_rate(count, wall)
+    # sent = its bytes reached the socket: a request the run's bound left unsent, or whose connection
+    # failed, is no load the server saw
+    sent = sum(1 for r in run.records if not r["warmup"] and r["send_t"] is not None)
+    summary["achieved_rate"], why = arrivals.achieved_rate(sent, wall)
+    if count and not sent:
+        why = f"none of the {count} measured requests was sent (no connection, or the run's bound ran out)"
     if why:
         summary.setdefault("reasons", {})["achieved_rate"] = why
     level = {
