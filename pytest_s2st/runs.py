@@ -413,6 +413,14 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
         return _no_playback("record has no chunk timeline ('chunks' missing or not a list)", audio)
     if not _num(rate) or not isinstance(rate, int) or rate <= 0:
         return _no_playback(f"sample_rate {repr(rate)[:40]} is not a positive integer", audio)
+    timeline = _audio_timeline(chunks)
+    if isinstance(timeline, str):
+        return _no_playback(timeline, audio)
+    return {**_player(*timeline, 2 * rate, threshold_s), "audio_duration_s": audio, "reason": None}
+
+
+def _audio_timeline(chunks: list | Timeline) -> tuple[list[float], list[int]] | str:
+    """(arrival times, sizes) of a timeline's non-empty chunks, or why it is unusable."""
     times: list[float] = []
     sizes: list[int] = []
     last = None
@@ -421,16 +429,18 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
             and abs(chunk[0]) != float("inf") and isinstance(chunk[1], int) and not isinstance(chunk[1], bool) \
             and chunk[1] >= 0
         if not ok:
-            return _no_playback(f"chunk {i} is not [seconds, bytes >= 0]: {str(chunk)[:60]}", audio)
+            return f"chunk {i} is not [seconds, bytes >= 0]: {str(chunk)[:60]}"
         if last is not None and chunk[0] < last:
-            return _no_playback(f"chunk {i} arrived before chunk {i - 1} ({chunk[0]!r} < {last!r})", audio)
+            return f"chunk {i} arrived before chunk {i - 1} ({chunk[0]!r} < {last!r})"
         last = chunk[0]
         if chunk[1] > 0:
             times.append(float(chunk[0]))
             sizes.append(chunk[1])
-    if not times:
-        return _no_playback("the chunk timeline holds no audio bytes", audio)
-    bytes_per_s = 2 * rate  # int16, mono: the protocol's PCM
+    return (times, sizes) if times else "the chunk timeline holds no audio bytes"
+
+
+def _player(times: list[float], sizes: list[int], bytes_per_s: int, threshold_s: float) -> dict[str, Any]:
+    """The real-time player of playback_metrics over non-empty arrivals (int16 mono: 2 * rate bytes a second)."""
     t0 = times[0]
     received = 0  # bytes received before chunk i
     worst, events = 0.0, 0
@@ -453,8 +463,6 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
         "underrun_longest_s": longest,
         "continuity_ok": worst <= threshold_s,
         "gaps_s": [b - a for a, b in zip(times, times[1:])],
-        "audio_duration_s": audio,
-        "reason": None,
     }
 
 
