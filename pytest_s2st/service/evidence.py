@@ -29,16 +29,6 @@ FLUSH_BYTES = 64 * 1024  # audio the event loop gathers before handing it to the
 MAX_QUEUED_BYTES = 8 * 1024 * 1024  # audio handed over, not yet written: past it, reading waits
 
 
-def _background_priority() -> None:
-    """The evidence writer yields the CPU to the event loop and the server under test: on a small
-    machine it otherwise competes with them for a core at the moment a response arrives
-    (measured at c=64 on 2 cores: the client's receive-leg p99 0.9-1.0 ms without the writer, 1.3 with it)."""
-    try:  # Linux: a thread id here sets that thread's nice value only
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # elsewhere, or not permitted: the writer keeps its priority
-        pass
-
-
 class AudioSink:
     """One response's PCM on its way to its WAV: counted on the event loop, written and hashed by the
     writer thread. ``size`` is the bytes received so far (the caps check it); nothing else is kept
@@ -127,7 +117,10 @@ class Writer:
         self._fh: IO[str] | None = None
         self.queued = 0  # audio bytes handed to the thread, not yet written
         self._lock = threading.Lock()
-        self._io = ThreadPoolExecutor(1, thread_name_prefix="s2st-evidence", initializer=_background_priority)
+        # normal priority: the thread carries every byte of audio as it arrives, and its backpressure paces the
+        # readers. At nice 19 it starved on a loaded machine (c64 endless streams, 2 shared cores, load ~10:
+        # 263 MB of audio in 30 s against 925 MB at normal priority, benchmarks/test_client_memory.py)
+        self._io = ThreadPoolExecutor(1, thread_name_prefix="s2st-evidence")
 
     def open(self) -> None:
         self._fh = open(self.out_dir / runs.REQUESTS, "a", encoding="utf-8")
