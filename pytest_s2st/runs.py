@@ -22,6 +22,8 @@ import os
 import re
 import struct
 import urllib.parse
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,10 +134,21 @@ def _endpoint_host(host: str | None, bad: Any) -> str:
 
 def append_record(out_dir: str | Path, record: dict) -> None:
     """Append one line and flush: a run killed later still leaves this record readable."""
-    line = json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
+    line = record_json(record) + "\n"
     with open(Path(out_dir) / REQUESTS, "a", encoding="utf-8") as fh:
         fh.write(line)
         fh.flush()
+
+
+WAV_HEADER_BYTES = 44
+
+
+def wav_header(n_bytes: int, sample_rate: int) -> bytes:
+    """The 44-byte RIFF header soundfile/libsndfile writes for ``n_bytes`` of mono int16 PCM."""
+    if n_bytes % 2:
+        raise ValueError(f"{n_bytes} bytes is not whole int16 samples")
+    return struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + n_bytes, b"WAVE", b"fmt ", 16, 1, 1,
+                       sample_rate, 2 * sample_rate, 2, 16, b"data", n_bytes)
 
 
 def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
@@ -145,11 +158,7 @@ def wav_bytes(pcm: bytes, sample_rate: int) -> bytes:
     soundfile produces the same bytes (a test checks) but holds the GIL ~0.1 ms per file, which
     delays the TTFA stamps of the other streams.
     """
-    if len(pcm) % 2:
-        raise ValueError(f"{len(pcm)} bytes is not whole int16 samples")
-    header = struct.pack("<4sI4s4sIHHIIHH4sI", b"RIFF", 36 + len(pcm), b"WAVE", b"fmt ", 16, 1, 1,
-                         sample_rate, 2 * sample_rate, 2, 16, b"data", len(pcm))
-    return header + pcm
+    return wav_header(len(pcm), sample_rate) + pcm
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
@@ -307,6 +316,59 @@ def request_metrics(record: dict) -> dict[str, float | None]:
     return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
 
 
+class Timeline(Sequence):
+    """A record's chunk timeline ``[[t, nbytes], ...]`` as the load generator holds it: two arrays, 16
+    bytes a chunk (a list of [float, int] lists costs ~130), so a long stream's arrivals stay small.
+    Reads as the list it stands for (index, iterate, compare); ``to_list()`` is what requests.jsonl gets."""
+
+    __slots__ = ("_t", "_n")
+
+    def __init__(self, chunks: Any = ()) -> None:
+        self._t, self._n = array("d"), array("q")
+        for t, n in chunks:
+            self.add(t, n)
+
+    def add(self, t: float, nbytes: int) -> None:
+        self._t.append(t)
+        self._n.append(nbytes)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [[t, n] for t, n in zip(self._t[i], self._n[i])]
+        return [self._t[i], self._n[i]]
+
+    def __iter__(self) -> Any:
+        return ([t, n] for t, n in zip(self._t, self._n))
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (list, Timeline)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the list it stands for
+
+    def to_list(self) -> list[list]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"Timeline({self.to_list()!r})"
+
+
+def record_json(record: dict) -> str:
+    """One requests.jsonl line (no newline): a Timeline is written as its list."""
+    def default(value: Any) -> Any:
+        if isinstance(value, Timeline):
+            return value.to_list()
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    try:
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=default)
+    except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
+        return json.dumps(record, separators=(",", ":"), default=default)
+
+
 # vLLM-Omni's default continuity threshold (vllm_omni/metrics/definitions.py
 # AUDIO_CONTINUITY_DEFAULT_THRESHOLD_S): a worst deficit up to 0.1 s, inclusive, is "continuous".
 CONTINUITY_THRESHOLD_S = 0.1
@@ -347,10 +409,18 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
     if record.get("status") != "ok":
         return _no_playback("request did not complete ok")
     chunks, rate = record.get("chunks"), record.get("sample_rate")
-    if not isinstance(chunks, list):
+    if not isinstance(chunks, (list, Timeline)):
         return _no_playback("record has no chunk timeline ('chunks' missing or not a list)", audio)
     if not _num(rate) or not isinstance(rate, int) or rate <= 0:
         return _no_playback(f"sample_rate {repr(rate)[:40]} is not a positive integer", audio)
+    timeline = _audio_timeline(chunks)
+    if isinstance(timeline, str):
+        return _no_playback(timeline, audio)
+    return {**_player(*timeline, 2 * rate, threshold_s), "audio_duration_s": audio, "reason": None}
+
+
+def _audio_timeline(chunks: list | Timeline) -> tuple[list[float], list[int]] | str:
+    """(arrival times, sizes) of a timeline's non-empty chunks, or why it is unusable."""
     times: list[float] = []
     sizes: list[int] = []
     last = None
@@ -359,16 +429,18 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
             and abs(chunk[0]) != float("inf") and isinstance(chunk[1], int) and not isinstance(chunk[1], bool) \
             and chunk[1] >= 0
         if not ok:
-            return _no_playback(f"chunk {i} is not [seconds, bytes >= 0]: {str(chunk)[:60]}", audio)
+            return f"chunk {i} is not [seconds, bytes >= 0]: {str(chunk)[:60]}"
         if last is not None and chunk[0] < last:
-            return _no_playback(f"chunk {i} arrived before chunk {i - 1} ({chunk[0]!r} < {last!r})", audio)
+            return f"chunk {i} arrived before chunk {i - 1} ({chunk[0]!r} < {last!r})"
         last = chunk[0]
         if chunk[1] > 0:
             times.append(float(chunk[0]))
             sizes.append(chunk[1])
-    if not times:
-        return _no_playback("the chunk timeline holds no audio bytes", audio)
-    bytes_per_s = 2 * rate  # int16, mono: the protocol's PCM
+    return (times, sizes) if times else "the chunk timeline holds no audio bytes"
+
+
+def _player(times: list[float], sizes: list[int], bytes_per_s: int, threshold_s: float) -> dict[str, Any]:
+    """The real-time player of playback_metrics over non-empty arrivals (int16 mono: 2 * rate bytes a second)."""
     t0 = times[0]
     received = 0  # bytes received before chunk i
     worst, events = 0.0, 0
@@ -391,12 +463,10 @@ def playback_metrics(record: dict, threshold_s: float = CONTINUITY_THRESHOLD_S) 
         "underrun_longest_s": longest,
         "continuity_ok": worst <= threshold_s,
         "gaps_s": [b - a for a, b in zip(times, times[1:])],
-        "audio_duration_s": audio,
-        "reason": None,
     }
 
 
 __all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "SPEECH_PATH", "normalize_endpoint", "level_name", "request_id", "level_dir", "wav_path",
-           "append_record", "wav_bytes", "write_bytes_atomic", "write_wav_atomic", "write_summary",
+           "append_record", "wav_header", "wav_bytes", "Timeline", "record_json", "write_bytes_atomic", "write_wav_atomic", "write_summary",
            "read_records", "read_summary", "Run", "load_run", "request_metrics",
            "playback_metrics", "CONTINUITY_THRESHOLD_S"]

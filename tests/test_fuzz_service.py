@@ -2,7 +2,7 @@
 kind of failure its caller handles (S2STError in one line, a request error with a reason), never
 another exception and never a hang.
 
-Parsers: the SSE event path (the client's own _read_events + _finish, fed body pieces directly), the
+Parsers: the SSE event path (the client's own-SSE reader (readers.read_own_sse) + _finish, fed body pieces directly), the
 HTTP/1.1 response parser (an in-memory stream), both together through a raw loopback server, the
 endpoint normaliser, and load_workload. Examples run per test are counted and printed (pytest -s).
 """
@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 from pytest_s2st import runs
 from pytest_s2st.errors import S2STError
 from pytest_s2st.service import http1
-from pytest_s2st.service.client import _Fail, _Run, request_head, run_load, speech_url
+from pytest_s2st.service.client import _Run, request_head, run_load, speech_url
+from pytest_s2st.service.evidence import AudioSink
+from pytest_s2st.service.readers import Body, Fail, Seen, Stream, read_own_sse
 from pytest_s2st.service.server import sse_event
 from pytest_s2st.service.workload import load_workload
 
@@ -89,15 +91,20 @@ def split(draw, body_strategy):
 
 # --- the SSE event path, fed directly ----------------------------------------------------------
 
-class _PieceConn:
-    """What _read_events needs of an http1.Connection: the body's pieces, and a chunk bound to set."""
+class _PieceBody(Body):
+    """What a reader needs of a response: the body's pieces, and a chunk bound to set."""
+    content_type, headers, max_chunk_bytes = "text/event-stream", {}, 0
 
     def __init__(self, pieces: list[bytes]):
-        self.pieces, self.max_chunk_bytes = pieces, None
+        self._pieces = pieces
 
-    async def body(self, read_timeout_s: float):
-        for piece in self.pieces:
+    async def pieces(self):
+        for piece in self._pieces:
             yield piece
+
+
+async def _no_wait() -> None:
+    pass
 
 
 @settings(FUZZ, max_examples=400)
@@ -105,25 +112,20 @@ class _PieceConn:
 def test_sse_event_path_ends_in_an_event_or_a_recorded_reason(pieces, max_audio_s):
     COUNTS["sse_direct"] += 1
     run = _Run(speech_url("http://127.0.0.1:1"), 1, Path("."), 1.0, 1.0, time.perf_counter(), max_audio_s)
-    record, pcm = run.new_record({"id": "a"}, 0, False), bytearray()
-
-    async def read():
-        found = await run._read_events(_PieceConn(pieces), record, pcm)
-        if found is not None:
-            record["server_done"] = {k: found.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
-            run._finish(record, pcm)
-        return found
+    record = run.new_record({"id": "a"}, 0, False)
+    pcm = AudioSink(Path("unused.wav"), lambda *_: None)  # counted, never written
+    stream = Stream(_PieceBody(pieces), record, pcm, Seen(), "s2st", run.limits, 24000, run.now, _no_wait)
 
     try:
-        found = asyncio.run(read())
-        assert found is None or found.get("type") == "done"
-        COUNTS["sse_direct:ok" if found else "sse_direct:no-done"] += 1
-    except _Fail as exc:
+        asyncio.run(read_own_sse(stream))
+        run._finish(record, pcm)
+        COUNTS["sse_direct:ok"] += 1
+    except Fail as exc:
         assert str(exc) and len(str(exc)) < 1000
         COUNTS["sse_direct:reason"] += 1
-    assert len(pcm) <= run.limits.pcm_bytes(record["sample_rate"])
+    assert pcm.size <= run.limits.pcm_bytes(record["sample_rate"])
     assert len(record["chunks"]) <= run.limits.events
-    json.dumps(record, allow_nan=True)  # the writer can always write it (ensure_ascii escapes anything)
+    runs.record_json(record)  # the writer can always write it (a lone surrogate is escaped)
 
 
 # --- the HTTP/1.1 response parser, on an in-memory stream ------------------------------------------

@@ -41,10 +41,11 @@ SHAPES = {
     "endless_audio": (forever(SSE_HEAD, chunk(sse_event({"type": "audio", "index": 0, "sample_rate": 24000,
                                                          "pcm": base64.b64encode(PCM).decode()}))),
                       {"max_audio_s": 1}, "response audio passed max_audio_s=1 (48000 bytes at 24000 Hz)"),
-    # the same at the default max_audio_s=600: 28.8 MB of 24 kHz PCM is the most one response holds
+    # the same at the default max_audio_s=600: 28.8 MB of 24 kHz PCM per response goes to disk as it comes,
+    # not into memory (a loaded machine needs more than 4 s to take it: the bound here is memory, not time)
     "endless_audio_default": (forever(SSE_HEAD, chunk(sse_event({"type": "audio", "index": 0, "sample_rate": 24000,
                                                                  "pcm": base64.b64encode(PCM * 20).decode()}))),
-                              {}, "response audio passed max_audio_s=600 (28800000 bytes at 24000 Hz)"),
+                              {"timeout_s": 40.0}, "response audio passed max_audio_s=600 (28800000 bytes at 24000 Hz)"),
     # audio events with no samples: the bound on the number of events (100 per allowed audio second + 100)
     "endless_empty_audio": (forever(SSE_HEAD, chunk(sse_event({"type": "audio", "index": 0, "sample_rate": 24000,
                                                                "pcm": ""}))),
@@ -116,7 +117,7 @@ async def run_client(send, out, kw) -> dict:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c", CLIENT, f"http://127.0.0.1:{port}", str(out), json.dumps(kw),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 3 * TIMEOUT_S + 30)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 3 * max(TIMEOUT_S, kw["timeout_s"]) + 30)
         assert proc.returncode == 0, stderr.decode()[-3000:]
         return json.loads(stdout.decode().strip().splitlines()[-1])
     finally:
@@ -137,10 +138,13 @@ def test_endless_response_is_bounded_and_recorded(tmp_path, shape):
     growth = mem["peak_kib"] - mem["before_kib"]
     print(f"{shape}: peak RSS growth {growth / 1024:.1f} MiB, run {mem['took_s']:.2f} s")
     assert growth <= MAX_GROWTH_KIB, f"{shape}: RSS grew {growth / 1024:.0f} MiB"
+    if shape == "endless_audio_default":  # the 27.5 MiB of audio each response carries is not held
+        assert growth <= 20 * 1024, f"{shape}: RSS grew {growth / 1024:.0f} MiB"
     records = runs.read_records(out)
     assert sorted(r["id"] for r in records) == ["c1-r0", "c1-r1", "c1-w0"]  # warm-up included
     for r in records:
         assert r["status"] == "error" and reason in r["error"], r["error"]
         assert r["wav"] is None and not runs.wav_path(out, r["id"]).exists()
-    assert mem["took_s"] < 3 * TIMEOUT_S and took < 3 * TIMEOUT_S + 30
+    bound = max(TIMEOUT_S, kw.get("timeout_s", TIMEOUT_S))
+    assert mem["took_s"] < 3 * bound and took < 3 * bound + 30
     assert runs.read_summary(out)["by_concurrency"]["1"]["summary"]["n_error"] == 2

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import ssl
 import subprocess
-import threading
 
 import pytest
 from aiohttp import web
@@ -223,15 +221,3 @@ def test_run_load_over_https(tmp_path, monkeypatch):
 
     result = run(main())
     assert [r["status"] for r in result.records] == ["ok"] * 4, [r["error"] for r in result.records]
-
-
-def test_evidence_writer_runs_at_background_priority(tmp_path):
-    from pytest_s2st.service.client import _Run
-
-    r = _Run(speech_url("http://127.0.0.1:1"), 1, tmp_path, 1.0, 1.0, 0.0)
-    try:
-        nice = r._io.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
-    finally:
-        r.close()
-    assert nice == 19
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < 19  # the event loop's thread is untouched

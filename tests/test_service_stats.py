@@ -65,7 +65,9 @@ def test_missing_data_is_none_never_zero():
     assert failed["error_rate"] == 1.0
     assert failed["throughput"] is None and failed["audio_seconds"] is None and failed["rtf"]["mean"] is None
     assert failed["goodput"]["fraction"] == 0.0  # a failed request is measured: it did not meet the target
-    assert failed["reasons"]["all"] == "no request completed ok"
+    assert failed["reasons"]["all"] == "no request completed ok: all 1 measured requests failed"
+    why = summarize([{**rec(0.0, None, None, None, status="error"), "error": "HTTP 503: busy"}] * 2, wall_s=3.0)["reasons"]
+    assert why["all"] == "no request completed ok: all 2 measured requests failed (first: HTTP 503: busy)"
     no_wall = summarize(RECORDS, wall_s=0.0)
     assert no_wall["throughput"] is None and "throughput" in no_wall["reasons"]
     assert no_wall["ttfa_s"]["n"] == 3

@@ -176,7 +176,7 @@ def _methods(methods: Mapping[str, str], settings: Mapping[str, Any]) -> dict[st
     rate = float(settings.get("request_rate") or "inf")
     out["request_rate"] = "closed loop: each worker sends its next request when its last ends" if rate == float(
         "inf") else f"open loop at {rate:g} req/s: {ARRIVALS}; the concurrency cap still applies"
-    out["achieved_rate"] = "measured requests / wall seconds of the measured phase (client clock)"
+    out["achieved_rate"] = "measured requests sent (bytes handed to the socket) / wall seconds of the measured phase (client clock)"
     if (settings.get("protocol") or "s2st") == OPENAI:
         out["ttfa_s"] = ("send_t -> first audio: the body piece completing the first int16 sample (raw PCM, stamped "
                          "when read), the first speech.audio.delta event with audio (SSE), or the whole body (WAV: "

@@ -6,15 +6,16 @@ bounded, and so is each whole request. aiohttp fetches the untimed GET /identity
 
 ``run_load`` sends warm-ups (ids c<conc>-w<i>), then measured requests (c<conc>-r<i>), keeping
 ``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
-out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (written
-first, under a temp name). One writer thread does that file work and the PCM hashing, in order, off
-the event loop that stamps chunk arrivals; run_load returns once it has written everything, last its
+out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (finished
+first, under a temp name till then). Each response's PCM streams to its WAV and its hash as it arrives
+(evidence.py: one writer thread, off the event loop that stamps chunk arrivals), so a stream costs a
+bounded window, not its audio; run_load returns once it has written everything, last its
 level's entry in out_dir/summary.json (the caller's ``extra`` merged in; nobody else writes it). Any failure
 (connection refused, HTTP error, busy, broken or malformed stream, stall, killed server, run deadline)
 is that request's status "error" with a reason; the others go on; the run ends within its bound.
 
 Bounded memory: every byte a server sends is bounded from outside, so a server that never ends a
-response costs a bounded amount. ``max_audio_s`` (default 600 s of audio per request) sets the PCM kept
+response costs a bounded amount. ``max_audio_s`` (default 600 s of audio per request) bounds the PCM
 (max_audio_s * sample_rate * 2 bytes; 48 kHz until the stream names its rate), one SSE event (its
 base64, never over 16 MiB), one HTTP chunk's announced size and the number of events; http1 bounds the
 response headers (64 KiB). A crossed bound is that request's error, naming the limit and its value.
@@ -29,8 +30,9 @@ before decoding.
 Protocols: "s2st" (this project's SSE dialect above) or "openai" (OpenAI's speech API, as vLLM-Omni
 serves it; openai_api.py): the answer is read by its Content-Type — raw int16 PCM (every body piece an
 audio arrival), OpenAI's SSE events (speech.audio.delta / speech.audio.done) or a WAV (one arrival at
-its end: TTFA = the whole response). Records have the same fields either way. An answer in neither
-shape is that request's error naming what was expected and what came.
+its end: TTFA = the whole response). One reader per wire format (readers.py), chosen by protocol and
+Content-Type. Records have the same fields either way. An answer in neither shape is that request's
+error naming what was expected and what came.
 
 Load: closed loop (``concurrency`` workers, each sending its next request when its last one ends), or,
 with a finite ``request_rate``, open loop for the measured phase (arrivals.py: seeded gamma arrivals as
@@ -39,15 +41,9 @@ with a finite ``request_rate``, open loop for the measured phase (arrivals.py: s
 from __future__ import annotations
 
 import asyncio
-import base64
-import functools
-import hashlib
 import json
 import math
-import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,20 +54,13 @@ from yarl import URL
 from .. import runs
 from ..errors import S2STError
 from . import arrivals, http1
+from .evidence import AudioSink, Writer
+from .readers import READERS, WANTED, Body, Fail, Limits, Seen, Stream, expected, hint_events, short
 from . import openai_api as oa
 from .stats import summarize
 
 _WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
 MAX_AUDIO_S = 600.0  # run_load's default bound on the audio of one response
-_MAX_EVENT = 16 * 1024 * 1024  # one SSE event, whatever max_audio_s allows
-_EVENT_SLACK = 4096  # the JSON around one event's base64 PCM
-_DEFAULT_RATE = 48_000  # the PCM bound's rate until the stream names its own
-_MAX_RATE = 384_000  # a higher sample_rate is malformed (it would lift the PCM bound)
-_EVENTS_PER_AUDIO_S = 100  # one per 10 ms of the allowed audio: finer than streaming TTS sends
-
-
-class _Fail(Exception):
-    """A request-level failure with the reason to record."""
 
 
 @dataclass
@@ -99,81 +88,6 @@ def speech_url(endpoint: str) -> URL:
     return URL(runs.normalize_endpoint(endpoint), encoded=True)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one response may make the client hold, all from ``max_audio_s``."""
-    max_audio_s: float
-
-    @functools.lru_cache(maxsize=16)  # (self, rate) -> bounds: computed once per rate, not per response
-    def at(self, rate: int | None) -> tuple[int, int, int]:
-        """(PCM bytes, SSE event bytes, HTTP chunk bytes) at ``rate``."""
-        return self.pcm_bytes(rate), self.event_bytes(rate), self.chunk_bytes(rate)
-
-    def pcm_bytes(self, rate: int | None) -> int:
-        return 2 * int(self.max_audio_s * (rate or _DEFAULT_RATE))
-
-    def event_bytes(self, rate: int | None) -> int:
-        """One SSE event: the base64 of one chunk holding all the allowed audio, at most 16 MiB."""
-        return min(_MAX_EVENT, 4 * -(-self.pcm_bytes(rate) // 3) + _EVENT_SLACK)
-
-    def chunk_bytes(self, rate: int | None) -> int:
-        """One HTTP chunk: a server may put the whole response in one."""
-        return 4 * -(-self.pcm_bytes(rate) // 3) + 64 * 1024
-
-    @property
-    def events(self) -> int:
-        return int(self.max_audio_s * _EVENTS_PER_AUDIO_S) + 100
-
-    def why(self, rate: int | None) -> str:
-        return f"max_audio_s={self.max_audio_s:g} at {rate or _DEFAULT_RATE} Hz"
-
-
-class _Events:
-    """SSE framing: body bytes in, whole events' data out; a line and an event are bounded."""
-
-    def __init__(self, limits: Limits) -> None:
-        self.limits, self.rate = limits, None  # the rate the bound follows, once the stream names it
-        self.limit = limits.at(None)[1]
-        self.done: dict | None = None  # the done event, once read: the rest of the body is drained
-        self._pending = bytearray()
-        self._data: list[bytes] = []
-        self._size = 0
-
-    def _check(self, n: int, what: str) -> None:
-        if n > self.limit:
-            raise _Fail(f"{what} passed max_event_bytes={self.limit} ({self.limits.why(self.rate)})")
-
-    def feed(self, piece: bytes) -> list[bytes]:
-        if b"\n" not in piece:
-            self._pending += piece
-            self._check(len(self._pending), "an SSE line")
-            return []
-        if self._pending:
-            self._pending += piece
-            piece = bytes(self._pending)
-        *lines, rest = piece.split(b"\n")  # usually the piece holds whole events: no copy before this
-        self._pending = bytearray(rest)
-        self._check(len(rest), "an SSE line")
-        events = []
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if line.startswith(b"data:"):
-                value = line[6:] if line.startswith(b"data: ") else line[5:]
-                self._size += len(value) + 1
-                self._check(self._size, "an SSE event")
-                self._data.append(value)
-            elif not line and self._data:  # comments / other fields are ignored; events end at a blank line
-                events.append(b"\n".join(self._data))
-                self._data, self._size = [], 0
-        return events
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def request_head(url: URL, accept: str = "text/event-stream", authorization: str | None = None) -> bytes:
     """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow)."""
     host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else url.raw_host
@@ -184,14 +98,87 @@ def request_head(url: URL, accept: str = "text/event-stream", authorization: str
             f"Accept: {accept}\r\nContent-Type: application/json\r\n{auth}").encode()
 
 
-def _background_priority() -> None:
-    """The evidence writer yields the CPU to the event loop and the server under test: on a small
-    machine it otherwise competes with them for a core at the moment a response arrives
-    (measured at c=64 on 2 cores: the client's receive-leg p99 0.9-1.0 ms without the writer, 1.3 with it)."""
-    try:  # Linux: a thread id here sets that thread's nice value only
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # elsewhere, or not permitted: the writer keeps its priority
-        pass
+class _H1Body(Body):
+    """A response of the own HTTP/1.1 client (http1.py) as the readers see it."""
+
+    def __init__(self, conn: http1.Connection, resp: http1.Response, read_timeout_s: float) -> None:
+        self.conn, self.resp, self.read_timeout_s = conn, resp, read_timeout_s
+        self.content_type, self.headers = resp.content_type, resp.headers
+
+    @property
+    def max_chunk_bytes(self) -> int:  # type: ignore[override]
+        return self.conn.max_chunk_bytes
+
+    @max_chunk_bytes.setter
+    def max_chunk_bytes(self, value: int) -> None:
+        self.conn.max_chunk_bytes = value
+
+    def pieces(self):
+        return self.conn.body(self.read_timeout_s)
+
+
+# --- transport aiohttp: the same run over aiohttp's client (issue 22's fair comparison) ----------------------
+
+class _AioBody(Body):
+    """An aiohttp response as the readers see it. aiohttp never holds a whole HTTP chunk (it passes chunk
+    data on as it arrives), so max_chunk_bytes has nothing to bound."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self.resp, self.max_chunk_bytes = resp, 0
+        self.content_type = resp.content_type.lower()
+        self.headers = {k.lower(): v for k, v in resp.headers.items()}
+
+    async def pieces(self):
+        async for piece in self.resp.content.iter_any():
+            yield piece
+
+
+def _aiohttp_session(run: "_Run") -> aiohttp.ClientSession:
+    async def on_sent(session, ctx, params) -> None:  # the send stamp: the request's bytes went to the socket
+        record = ctx.trace_request_ctx
+        if record is not None and record["send_t"] is None:
+            record["send_t"] = run.now()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(on_sent)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=run.concurrency), trace_configs=[trace],
+        timeout=aiohttp.ClientTimeout(sock_connect=run.timeout_s, sock_read=run.read_timeout_s),
+        max_line_size=8 * 1024, max_field_size=8 * 1024, auto_decompress=False)
+
+
+async def _exchange_aiohttp(run: "_Run", body: dict, record: dict, pcm: AudioSink, seen: Seen) -> None:
+    record["send_wall"] = time.time()
+    record["start_t"] = run.now()
+    payload = json.dumps(body, ensure_ascii=False).encode()
+    headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record["id"],
+               "Accept": "*/*" if run.protocol == oa.OPENAI else oa.SSE_TYPE}
+    auth = oa.authorization() if run.protocol == oa.OPENAI else None
+    if auth:
+        headers["Authorization"] = auth
+    assert run.session is not None
+    try:
+        async with run.session.post(run.url, data=payload, headers=headers, trace_request_ctx=record) as resp:
+            record["http_status"] = resp.status
+            if resp.status != 200:
+                raw = await resp.content.read(2000)
+                raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
+            reader = READERS[run.protocol].get(resp.content_type.lower())
+            if reader is None:
+                raise Fail(f"expected {WANTED[run.protocol]} for protocol {run.protocol}; got "
+                           f"{resp.content_type}")
+            await reader(Stream(_AioBody(resp), record, pcm, seen, run.protocol, run.limits, run.sample_rate,
+                                run.now, run.writer.room))
+    except aiohttp.ServerTimeoutError:
+        raise http1.Stalled() from None
+    except aiohttp.ClientConnectorError as exc:
+        raise Fail(f"connection failed: {exc}") from None
+    except aiohttp.ServerDisconnectedError:
+        raise http1.Disconnected("server disconnected mid-response") from None
+    except aiohttp.ClientPayloadError as exc:
+        raise http1.ProtocolError(str(exc)) from None
+    except aiohttp.ClientResponseError as exc:
+        raise http1.ProtocolError(str(exc)) from None
 
 
 @dataclass
@@ -221,16 +208,13 @@ class _Run:
     request_rate: float = math.inf  # measured phase: requests per second (inf: closed loop)
     burstiness: float = 1.0
     arrival_seed: int = arrivals.DEFAULT_SEED
+    transport: str = "http1"  # "aiohttp": aiohttp's client instead of http1.py (the transport comparison)
+    session: aiohttp.ClientSession | None = None  # transport aiohttp: the run's session
     limits: Limits = field(init=False)
     head: bytes = field(init=False)  # request line + fixed headers, built once
     slots: list[_Slot] = field(init=False)  # one per worker
     records: list[dict] = field(default_factory=list)
-    write_error: str | None = None  # the first record the writer thread could not write
-    _fh: Any = None
-    # One evidence-writer thread, FIFO: file IO never blocks the event loop that stamps chunk
-    # arrivals (measured here: inline WAV writes raised the c=64 TTFA overhead p99 several-fold).
-    _io: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        1, thread_name_prefix="s2st-evidence", initializer=_background_priority))
+    writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
 
     def __post_init__(self) -> None:
         self.limits = Limits(self.max_audio_s)
@@ -239,45 +223,16 @@ class _Run:
         self.head = request_head(self.url, "*/*" if openai else "text/event-stream",
                                  oa.authorization() if openai else None)
         self.slots = [_Slot() for _ in range(self.concurrency)]
+        self.writer = Writer(self.out_dir)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def keep(self, record: dict, pcm: bytes | None = None) -> None:
-        """Hand the record (with the PCM of a completed response) to the writer thread, in order."""
+    def keep(self, record: dict, sink: AudioSink | None = None, completed: bool = False) -> None:
+        """Hand the record to the writer thread, in order: a completed response's WAV is finished
+        (hash checked, header written, renamed) before its record; a failed one's part file removed."""
         self.records.append(record)
-        self._io.submit(self._persist, record, pcm)
-
-    def _persist(self, record: dict, pcm: bytes | None) -> None:
-        try:
-            self._persist_one(record, pcm)
-        except Exception as exc:  # a future nobody awaits would drop it: run_load raises it at the end
-            self.write_error = self.write_error or f"could not write record {record.get('id')}: {exc}"
-
-    def _persist_one(self, record: dict, pcm: bytes | None) -> None:
-        """Writer thread: hash and check the PCM, write the WAV, then append the record.
-        Off the event loop, so that none of it delays the TTFA stamps of the other streams."""
-        if pcm is not None:
-            digest = hashlib.sha256(pcm).hexdigest()
-            path = runs.wav_path(self.out_dir, record["id"])
-            if record["server_done"].get("pcm_sha256") not in (None, digest):
-                record.update(status="error", audio_seconds=None,
-                              error="pcm_sha256 in the done event does not match the received PCM")
-            else:
-                try:
-                    runs.write_bytes_atomic(path, runs.wav_bytes(pcm, record["sample_rate"]))
-                    record.update(pcm_sha256=digest, wav=f"{runs.WAV_DIR}/{path.name}")
-                except Exception as exc:  # no WAV, no "ok": the evidence would be incomplete
-                    record.update(status="error", audio_seconds=None, error=f"could not write {path}: {exc}")
-        # the file stays open for the run; a flush per record gives the same durability as reopening
-        try:
-            self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
-        except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
-            self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._io.shutdown(wait=True)
+        self.writer.keep(record, sink, completed)
 
     def new_record(self, item: dict, index: int, warmup: bool) -> dict:
         record: dict[str, Any] = {
@@ -294,22 +249,24 @@ class _Run:
             due_t=None, start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
             sample_rate=None, http_status=None, streaming=None, status="error", error=None, pcm_sha256=None, wav=None,
         )
+        record["chunks"] = runs.Timeline()  # [t, nbytes] per arrival, compact: the audio itself goes to disk
         return record
 
     async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
         record["due_t"] = due_t
         body = self.body(item)
-        pcm = bytearray()
+        pcm = self.writer.sink(record["id"])
+        seen = Seen()
         try:
-            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm))
+            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm, seen))
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
             record["error"] = "cancelled: the run's total time bound ran out before this request finished"
-            self.keep(record)
+            self.keep(record, pcm)
             raise
-        except _Fail as exc:
+        except Fail as exc:
             record["error"] = str(exc)
         except http1.Stalled:
             record["error"] = f"read stalled: no data for {self.read_timeout_s:g} s"
@@ -326,10 +283,14 @@ class _Run:
         except Exception as exc:  # a client bug must not take the other requests down; record it
             record["error"] = f"client error {type(exc).__name__}: {exc}"
         else:
-            self.keep(record, bytes(pcm))  # completed: its WAV is written first, then the record
+            self.keep(record, pcm, completed=True)  # its WAV is finished first, then the record
             return
+        if seen.foreign and not record["chunks"] and "of type" not in record["error"]:
+            # the request failed (a timeout, a bound) on a stream of another protocol's events: say so
+            record["error"] += (f"; the response held no events of the expected type ({expected(self.protocol)}) "
+                                f"but {seen.names()}{hint_events(self.protocol, seen.foreign)}")
         slot.drop()  # a failed exchange leaves its connection in an unknown state
-        self.keep(record)
+        self.keep(record, pcm)
 
     def body(self, item: dict) -> dict:
         if self.protocol == oa.OPENAI:
@@ -344,12 +305,14 @@ class _Run:
             slot.conn = await http1.Connection.open(self.url.raw_host, self.url.port, tls=self.url.scheme == "https",
                                                     timeout_s=self.timeout_s)
         except asyncio.TimeoutError:
-            raise _Fail(f"connection failed: no connection within {self.timeout_s:g} s") from None
+            raise Fail(f"connection failed: no connection within {self.timeout_s:g} s") from None
         except (OSError, ValueError) as exc:  # refused, unreachable, TLS handshake, ...
-            raise _Fail(f"connection failed: {exc}") from None
+            raise Fail(f"connection failed: {exc}") from None
         return slot.conn
 
-    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: bytearray) -> None:
+    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: AudioSink, seen: Seen) -> None:
+        if self.session is not None:
+            return await _exchange_aiohttp(self, body, record, pcm, seen)
         record["send_wall"] = time.time()
         record["start_t"] = self.now()
         conn = await self._connect(slot)
@@ -361,23 +324,13 @@ class _Run:
         record["http_status"] = resp.status
         if resp.status != 200:
             raw = await self._head_of_body(conn, 2000)
-            raise _Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
-        if self.protocol == oa.OPENAI:
-            await self._read_openai(conn, resp, record, pcm)
-            record["server_done"] = {}  # OpenAI's answers carry no sample count or hash to check
-            return
-        if resp.content_type != oa.SSE_TYPE:
-            raise _Fail(f"expected SSE audio events (text/event-stream) for protocol s2st; got "
-                        f"{await self._describe(conn, resp)} (not text/event-stream){self._hint(resp)}")
-        foreign: list[str] = []
-        done = await self._read_events(conn, record, pcm, foreign)
-        if done is None:
-            if foreign and not record["chunks"]:
-                raise _Fail(f"expected SSE events of type audio/done for protocol s2st; got events of type "
-                            f"{', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
-            raise _Fail("stream ended before the done event (server closed mid-stream)")
-        record["streaming"] = done.get("streaming")
-        record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
+            raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
+        reader = READERS[self.protocol].get(resp.content_type)
+        if reader is None:
+            raise Fail(f"expected {WANTED[self.protocol]} for protocol {self.protocol}; got "
+                       f"{await self._describe(conn, resp)}{self._wrong_type(resp)}")
+        await reader(Stream(_H1Body(conn, resp, self.read_timeout_s), record, pcm, seen, self.protocol, self.limits,
+                            self.sample_rate, self.now, self.writer.room))
 
     async def _head_of_body(self, conn: http1.Connection, limit: int) -> bytes:
         """At most ``limit`` bytes of a body that is not read as audio (an error page); the rest is not read."""
@@ -388,6 +341,13 @@ class _Run:
                 conn.reusable = False
                 break
         return bytes(raw[:limit])
+
+    def _wrong_type(self, resp: http1.Response) -> str:
+        if self.protocol != oa.OWN:
+            return ""
+        hint = (f" (this server may speak protocol {oa.OPENAI}: try --s2st-protocol {oa.OPENAI})"
+                if resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES else "")
+        return f" (not {oa.SSE_TYPE}){hint}"
 
     async def _describe(self, conn: http1.Connection, resp: http1.Response) -> str:
         """'<content type>: <the body's first bytes>' of an answer in the wrong shape (text bodies only:
@@ -403,230 +363,39 @@ class _Run:
         text = " ".join(raw.decode(errors="replace").split())
         return f"{ctype}: {text!r}" if text else ctype
 
-    def _hint(self, resp: http1.Response, foreign: list[str] | None = None) -> str:
-        other = oa.OPENAI if self.protocol == oa.OWN else oa.OWN
-        looks_other = (resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES or any(t.startswith("speech.") for t in foreign or ())
-                       if self.protocol == oa.OWN else any(t in ("audio", "done") for t in foreign or ()))
-        return f" (this server may speak protocol {other}: try --s2st-protocol {other})" if looks_other else ""
-
-    # --- protocol openai: raw PCM, OpenAI's SSE events, or a WAV --------------------------------------------
-
-    async def _read_openai(self, conn: http1.Connection, resp: http1.Response, record: dict, pcm: bytearray) -> None:
-        ctype = resp.content_type
-        if ctype == oa.SSE_TYPE:
-            await self._read_openai_sse(conn, resp, record, pcm)
-        elif ctype in oa.PCM_TYPES:
-            try:
-                rate = oa.content_rate(resp.headers.get("content-type", "")) or self.sample_rate
-            except ValueError as exc:
-                raise _Fail(str(exc)) from None
-            await self._read_raw(conn, record, pcm, rate)
-        elif ctype in oa.WAV_TYPES:
-            await self._read_wav(conn, record, pcm)
-        else:
-            raise _Fail(f"expected raw PCM, SSE audio events or a WAV for protocol openai; got "
-                        f"{await self._describe(conn, resp)}")
-
-    def _audio(self, record: dict, pcm: bytearray, chunk: bytes, t: float, rate: int) -> None:
-        """One audio arrival of ``chunk`` at ``t``, bounded like the own protocol's audio events."""
-        cap = self.limits.at(rate)[0]
-        if len(pcm) + len(chunk) > cap:
-            raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
-        if len(record["chunks"]) >= self.limits.events:
-            raise _Fail(f"response passed {self.limits.events} audio chunks "
-                        f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-        pcm.extend(chunk)
-        record["chunks"].append([t, len(chunk)])
-        if record["first_audio_t"] is None and len(pcm) >= 2:  # a whole int16 sample has arrived
-            record["first_audio_t"] = t
-
-    @staticmethod
-    def _whole_samples(pcm: bytearray, what: str) -> None:
-        if len(pcm) % 2:
-            raise _Fail(f"{what}: {len(pcm)} bytes is not whole int16 samples")
-
-    async def _read_raw(self, conn: http1.Connection, record: dict, pcm: bytearray, rate: int) -> None:
-        """Raw int16 LE mono PCM: every body piece, stamped as read, is an audio arrival (a piece may
-        split a sample; TTFA waits for the first whole one). The body's end is the done."""
-        record["sample_rate"] = rate
-        conn.max_chunk_bytes = self.limits.at(rate)[2]
-        async for piece in conn.body(self.read_timeout_s):
-            t = self.now()
-            if piece:
-                self._audio(record, pcm, piece, t, rate)
-        record["done_t"] = self.now()
-        self._whole_samples(pcm, "raw PCM response")
-
-    async def _read_openai_sse(self, conn: http1.Connection, resp: http1.Response, record: dict,
-                               pcm: bytearray) -> None:
-        """OpenAI's speech SSE: speech.audio.delta (base64 PCM) events, then speech.audio.done."""
-        events = _Events(self.limits)
-        rate = self.sample_rate
-        events.rate = rate
-        _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
-        foreign: list[str] = []
-        done = None
-        async for t, raw in self._sse_events(conn, events):
-            try:
-                kind, value = oa.parse_event(raw)
-            except ValueError as exc:
-                raise _Fail(str(exc)) from None
-            if kind == "delta":
-                chunk, named = value
-                if named is not None and named != rate:
-                    if record["chunks"]:
-                        raise _Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
-                    rate = events.rate = named
-                    _, events.limit, conn.max_chunk_bytes = self.limits.at(rate)
-                record["sample_rate"] = rate
-                if chunk:
-                    self._audio(record, pcm, chunk, t, rate)
-            elif kind == "done":
-                record["done_t"] = t
-                done = events.done = value
-            elif kind == "error":
-                raise _Fail(f"server error event: {value}")
-            elif len(foreign) < 3 and value not in foreign:
-                foreign.append(value)
-        if done is None:
-            if foreign and not record["chunks"]:
-                raise _Fail(f"expected SSE events of type {oa.DELTA}/{oa.DONE} for protocol openai; got events "
-                            f"of type {', '.join(map(repr, foreign))}{self._hint(resp, foreign)}")
-            raise _Fail(f"stream ended before the {oa.DONE} event (server closed mid-stream)")
-        record["sample_rate"] = rate
-        self._whole_samples(pcm, "SSE audio")
-
-    async def _read_wav(self, conn: http1.Connection, record: dict, pcm: bytearray) -> None:
-        """A WAV answer is audio only when whole: one arrival, at the body's end (TTFA = the whole response)."""
-        reader = oa.WavReader()
-        conn.max_chunk_bytes = self.limits.at(oa.MAX_RATE)[2]
-        cap = None
-        async for piece in conn.body(self.read_timeout_s):
-            try:
-                data = reader.feed(piece)
-            except ValueError as exc:
-                raise _Fail(f"malformed WAV response: {exc}") from None
-            if reader.rate is not None and cap is None:
-                cap = self.limits.at(reader.rate)[0]
-                conn.max_chunk_bytes = self.limits.at(reader.rate)[2]
-            if cap is not None and len(pcm) + len(data) > cap:
-                raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {reader.rate} Hz)")
-            pcm.extend(data)
-        t = self.now()
-        try:
-            reader.finish()
-        except ValueError as exc:
-            raise _Fail(f"malformed WAV response: {exc}") from None
-        self._whole_samples(pcm, "WAV response")
-        record.update(sample_rate=reader.rate, done_t=t, streaming=False)
-        if pcm:
-            record["chunks"].append([t, len(pcm)])
-            record["first_audio_t"] = t
-
-    async def _read_events(self, conn: http1.Connection, record: dict, pcm: bytearray,
-                           foreign: list[str] | None = None) -> dict | None:
-        """SSE events off the body as it arrives; each piece stamped when read. After the done event
-        the body is read to its end, so that the connection can carry the next request."""
-        events = _Events(self.limits)
-        conn.max_chunk_bytes = self.limits.at(None)[2]
-        done = None
-        async for t, raw in self._sse_events(conn, events):
-            event = self._parse(raw)
-            kind = event.get("type")
-            if kind == "audio":
-                rate = record["sample_rate"]
-                self._take_audio(event, t, record, pcm)
-                if rate is None:  # the stream named its rate: the bounds follow it
-                    events.rate = record["sample_rate"]
-                    _, events.limit, conn.max_chunk_bytes = self.limits.at(events.rate)
-            elif kind == "done":
-                record["done_t"] = t
-                done = events.done = event
-            elif kind == "error":
-                raise _Fail(f"server error event: {str(event.get('message'))[:300]}")
-            elif foreign is not None and len(foreign) < 3 and str(kind)[:60] not in foreign:
-                foreign.append(str(kind)[:60])  # another protocol's events: named if no audio comes
-        return done
-
-    async def _sse_events(self, conn: http1.Connection, events: "_Events"):
-        """(arrival time, raw event) off the body as it arrives, each piece stamped when read, at most
-        limits.events of them. Once the caller sets ``events.done`` the rest of the body is read to its
-        end unparsed, so that the connection can carry the next request."""
-        count = 0
-        async for piece in conn.body(self.read_timeout_s):
-            t = self.now()
-            if events.done is not None:
-                continue  # draining
-            for raw in events.feed(piece):
-                count += 1
-                if count > self.limits.events:
-                    raise _Fail(f"response passed {self.limits.events} SSE events "
-                                f"(max_audio_s={self.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-                yield t, raw
-                if events.done is not None:
-                    break
-
-    @staticmethod
-    def _parse(raw: bytes) -> dict:
-        try:
-            event = json.loads(raw)
-        except (ValueError, RecursionError):  # RecursionError: nested too deep
-            raise _Fail(f"malformed SSE event: {raw[:80]!r}") from None
-        if not isinstance(event, dict):
-            raise _Fail(f"malformed SSE event (not an object): {raw[:80]!r}")
-        return event
-
-    def _take_audio(self, event: dict, t: float, record: dict, pcm: bytearray) -> None:
-        try:
-            chunk = base64.b64decode(event["pcm"], validate=True)
-        except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
-            raise _Fail(f"malformed audio event {_short(event.get('index'))}: 'pcm' is not base64") from None
-        rate = event.get("sample_rate")
-        if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE:
-            raise _Fail(f"malformed audio event {_short(event.get('index'))}: sample_rate {_short(rate)}")
-        if record["sample_rate"] not in (None, rate):
-            raise _Fail(f"sample_rate changed mid-stream: {record['sample_rate']} -> {rate}")
-        if len(chunk) % 2:
-            raise _Fail(f"audio event {_short(event.get('index'))}: {len(chunk)} bytes is not whole int16 samples")
-        cap = self.limits.at(rate)[0]
-        if len(pcm) + len(chunk) > cap:
-            raise _Fail(f"response audio passed max_audio_s={self.max_audio_s:g} ({cap} bytes at {rate} Hz)")
-        record["sample_rate"] = rate
-        pcm.extend(chunk)
-        record["chunks"].append([t, len(chunk)])
-        if chunk and record["first_audio_t"] is None:
-            record["first_audio_t"] = t
-
-    def _finish(self, record: dict, pcm: bytearray) -> None:
-        samples = len(pcm) // 2
+    def _finish(self, record: dict, pcm: AudioSink) -> None:
+        samples = pcm.size // 2
         server = record.get("server_done") or {}
         if not samples:
-            raise _Fail("response carried no audio")
+            raise Fail("response carried no audio")
         if server.get("samples") is not None and server["samples"] != samples:
-            raise _Fail(f"done event says {server['samples']} samples, received {samples}")
-        # the hash is checked, and the WAV written, by the writer thread (_persist)
+            raise Fail(f"done event says {server['samples']} samples, received {samples}")
+        # the hash is checked, and the WAV finished, by the writer thread (evidence.Writer)
         record.update(status="ok", audio_seconds=samples / record["sample_rate"])
 
     async def measure(self, workload: list[dict], warmups: int, count: int,
                       deadline: float | None) -> tuple[bool, float, float]:
         """Warm-ups, then the measured phase: (timed_out, warm-up wall s since t0, measured wall s)."""
-        with open(self.out_dir / runs.REQUESTS, "a", encoding="utf-8") as fh:
-            self._fh = fh
-            try:
-                timed_out = await self.phase(workload, warmups, True, deadline)
-                # the warm-ups' evidence is on disk before the clock starts: its writing does not
-                # compete with the measured phase's first requests
-                await asyncio.wrap_future(self._io.submit(lambda: None))
-                warmup_wall = time.perf_counter() - self.t0
-                t_measured = time.perf_counter()
-                timed_out = await self.phase(workload, count, False, deadline) or timed_out
-                wall = time.perf_counter() - t_measured
-            finally:
-                for slot in self.slots:
-                    slot.drop()
-                await asyncio.to_thread(self.close)  # every queued record and WAV is on disk
-        if self.write_error:
-            raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.write_error}")
+        self.writer.open()
+        if self.transport == "aiohttp":
+            self.session = _aiohttp_session(self)
+        try:
+            timed_out = await self.phase(workload, warmups, True, deadline)
+            # the warm-ups' evidence is on disk before the clock starts: its writing does not
+            # compete with the measured phase's first requests
+            await asyncio.wrap_future(self.writer.barrier())
+            warmup_wall = time.perf_counter() - self.t0
+            t_measured = time.perf_counter()
+            timed_out = await self.phase(workload, count, False, deadline) or timed_out
+            wall = time.perf_counter() - t_measured
+        finally:
+            for slot in self.slots:
+                slot.drop()
+            if self.session is not None:
+                await self.session.close()
+            await asyncio.to_thread(self.writer.close)  # every queued record and WAV is on disk
+        if self.writer.error:
+            raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.writer.error}")
         return timed_out, warmup_wall, wall
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
@@ -752,8 +521,8 @@ def _check_workload(workload: list[dict]) -> None:
         try:
             json.dumps({key: item[key] for key in _WORKLOAD_FIELDS if key in item}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
-            raise S2STError(f"workload item {i} ({_short(item.get('id'))}): cannot be sent as UTF-8 JSON "
-                            f"({type(exc).__name__}: {_short(str(exc))})") from None
+            raise S2STError(f"workload item {i} ({short(item.get('id'))}): cannot be sent as UTF-8 JSON "
+                            f"({type(exc).__name__}: {short(str(exc))})") from None
 
 
 def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: int | None, timeout_s: float,
@@ -781,6 +550,48 @@ def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: 
         raise S2STError(f"run_load extra: {', '.join(clash)} are written by the load generator itself")
 
 
+def _check_openai(extra_body: dict | None, protocol: str) -> dict:
+    """The request fields merged into every OpenAI request, checked; a bad API key refused before anything is sent."""
+    if extra_body is not None:
+        try:
+            extra_body = oa.parse_extra_body(extra_body)
+        except ValueError as exc:
+            raise S2STError(f"run_load extra_body: {exc}") from None
+    if protocol == oa.OPENAI:
+        try:
+            oa.authorization()
+        except ValueError as exc:
+            raise S2STError(str(exc)) from None
+    return dict(extra_body or {})
+
+
+async def _server_facts(url: URL, protocol: str, extra_body: dict,
+                        timeout_s: float) -> tuple[dict | None, str | None, str | None, str | None]:
+    """(identity, why there is none, model, where it came from), fetched untimed before the load."""
+    model, model_source = None, None
+    async with aiohttp.ClientSession() as session:
+        identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
+        if protocol == oa.OPENAI:
+            if "model" in extra_body:
+                model, model_source = extra_body["model"], "extra_body"
+            else:
+                model, model_source = await fetch_model(session, url, min(timeout_s, 5.0))
+    return identity, identity_error, model, model_source
+
+
+def _rates(summary: dict, records: list[dict], count: int, wall: float | None, request_rate: float) -> None:
+    """The asked rate ("inf": closed loop) beside the achieved one: measured requests SENT (their bytes
+    reached the socket; one the run's bound left unsent, or whose connection failed, is no load the
+    server saw) per wall second of the measured phase."""
+    summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
+    sent = sum(1 for r in records if not r["warmup"] and r["send_t"] is not None)
+    summary["achieved_rate"], why = arrivals.achieved_rate(sent, wall)
+    if count and not sent:
+        why = f"none of the {count} measured requests was sent (no connection, or the run's bound ran out)"
+    if why:
+        summary.setdefault("reasons", {})["achieved_rate"] = why
+
+
 async def run_load(
     endpoint: str,
     workload: list[dict],
@@ -801,6 +612,7 @@ async def run_load(
     request_rate: float = math.inf,
     burstiness: float = 1.0,
     arrival_seed: int = arrivals.DEFAULT_SEED,
+    transport: str = "http1",
 ) -> LoadResult:
     """Warm-ups, then ``requests`` (default: one pass over the workload) measured requests.
 
@@ -818,20 +630,14 @@ async def run_load(
     rate; the model: extra_body["model"], else GET /v1/models' first id, else none sent).
     ``request_rate`` (req/s; inf = closed loop) and ``burstiness`` (gamma shape) make the measured
     phase open-loop (arrivals.schedule, seeded by ``arrival_seed``); warm-ups stay closed-loop.
+    ``transport``: "http1" (http1.py, one keep-alive socket per worker) or "aiohttp" (aiohttp's client,
+    a connection pool of ``concurrency``): the same load over either, for their comparison.
     """
+    if transport not in ("http1", "aiohttp"):
+        raise S2STError(f"transport={transport!r}: expected http1 or aiohttp")
     _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, max_audio_s, extra,
                 protocol, sample_rate, request_rate, burstiness)
-    if extra_body is not None:
-        try:
-            extra_body = oa.parse_extra_body(extra_body)
-        except ValueError as exc:
-            raise S2STError(f"run_load extra_body: {exc}") from None
-    extra_body = dict(extra_body or {})
-    if protocol == oa.OPENAI:
-        try:
-            oa.authorization()  # a bad key is refused before anything is sent
-        except ValueError as exc:
-            raise S2STError(str(exc)) from None
+    extra_body = _check_openai(extra_body, protocol)
     request_rate, burstiness = float(request_rate), float(burstiness)  # "inf" (the settings' spelling) too
     url = speech_url(endpoint)
     endpoint = str(url)
@@ -843,25 +649,14 @@ async def run_load(
 
     started_wall, t0 = time.time(), time.perf_counter()
     deadline = None if total_timeout_s is None else t0 + total_timeout_s
-    model, model_source = None, None
-    async with aiohttp.ClientSession() as session:  # untimed: the server's identity (and model) only
-        identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
-        if protocol == oa.OPENAI:
-            if "model" in extra_body:
-                model, model_source = extra_body["model"], "extra_body"
-            else:
-                model, model_source = await fetch_model(session, url, min(timeout_s, 5.0))
+    identity, identity_error, model, model_source = await _server_facts(url, protocol, extra_body, timeout_s)
     run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, max_audio_s, protocol=protocol,
                extra_body=extra_body, sample_rate=sample_rate, model=model, request_rate=request_rate,
-               burstiness=burstiness, arrival_seed=arrival_seed)
+               burstiness=burstiness, arrival_seed=arrival_seed, transport=transport)
     timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
 
     summary = summarize(run.records, wall, targets)
-    # open-loop load: the asked rate ("inf": closed loop) beside the achieved one
-    summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
-    summary["achieved_rate"], why = arrivals.achieved_rate(count, wall)
-    if why:
-        summary.setdefault("reasons", {})["achieved_rate"] = why
+    _rates(summary, run.records, count, wall, request_rate)
     level = {
         "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
         "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,

@@ -75,7 +75,9 @@ def summarize(records: list[dict], wall_s: float, targets: dict | None = None) -
     if n == 0:
         reasons["all"] = "no measured (non-warm-up) requests"
     elif not ok:
-        reasons["all"] = "no request completed ok"
+        first = next((str(r["error"]) for r in measured if r.get("error")), None)
+        reasons["all"] = (f"no request completed ok: all {n} measured requests failed"
+                          + (f" (first: {first[:200]})" if first else ""))
 
     out: dict[str, Any] = {
         "n": n,
