@@ -241,12 +241,9 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
                                                for k in range(1, count + 1)], targets)
     except S2STError as exc:
         fail(exc)
-    from .service.arrivals import achieved_rate
+    from .service.client import set_rates
 
-    summary["request_rate"] = "inf" if rate == float("inf") else rate
-    summary["achieved_rate"], why = achieved_rate(summary["n"], summary["wall_s"])
-    if why:
-        summary["reasons"]["achieved_rate"] = why
+    set_rates(summary, records, summary["n"], summary["wall_s"], rate)  # requests sent, as one process counts them
     starts = [f["measured_start_s"] for f in facts]
     merged = {
         "concurrency": concurrency,

@@ -579,12 +579,12 @@ async def _server_facts(url: URL, protocol: str, extra_body: dict,
     return identity, identity_error, model, model_source
 
 
-def _rates(summary: dict, records: list[dict], count: int, wall: float | None, request_rate: float) -> None:
+def set_rates(summary: dict, records: list[dict], count: int, wall: float | None, request_rate: float) -> None:
     """The asked rate ("inf": closed loop) beside the achieved one: measured requests SENT (their bytes
     reached the socket; one the run's bound left unsent, or whose connection failed, is no load the
     server saw) per wall second of the measured phase."""
     summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
-    sent = sum(1 for r in records if not r["warmup"] and r["send_t"] is not None)
+    sent = sum(1 for r in records if not r.get("warmup") and r.get("send_t") is not None)
     summary["achieved_rate"], why = arrivals.achieved_rate(sent, wall)
     if count and not sent:
         why = f"none of the {count} measured requests was sent (no connection, or the run's bound ran out)"
@@ -656,7 +656,7 @@ async def run_load(
     timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
 
     summary = summarize(run.records, wall, targets)
-    _rates(summary, run.records, count, wall, request_rate)
+    set_rates(summary, run.records, count, wall, request_rate)
     level = {
         "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
         "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,
