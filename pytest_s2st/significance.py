@@ -21,6 +21,7 @@ NOISE = 0.02            # |ratio - 1| below this is noise even when the interval
 SEED = 20261201
 
 SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few rounds"
+NOT_FINITE = "rounds not finite (missing evidence)"  # a NaN/inf/non-number round: nothing is claimed
 
 
 @dataclass(frozen=True)
@@ -37,19 +38,28 @@ class Change:
 
     def describe(self) -> str:
         if self.ratio is None:
-            return "n/a"
+            return f"n/a ({self.word})" if self.word == NOT_FINITE else "n/a"
         if self.low is None:
             return f"x{self.ratio:.3f}, {self.word} ({self.rounds[0]}/{self.rounds[1]} rounds, need {MIN_ROUNDS})"
         return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word}"
 
 
 def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
-    o = np.asarray([float(v) for v in old], dtype=np.float64)
-    n = np.asarray([float(v) for v in new], dtype=np.float64)
-    rounds = (int(o.size), int(n.size))
-    if o.size == 0 or n.size == 0 or o.mean() <= 0:
+    from .inputs import finite
+
+    if not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
+        return Change(None, word=NOT_FINITE)
+    olds, news = [finite(v) for v in old], [finite(v) for v in new]
+    rounds = (len(olds), len(news))
+    if None in olds or None in news:
+        return Change(None, word=NOT_FINITE, rounds=rounds)
+    o = np.asarray(olds, dtype=np.float64)
+    n = np.asarray(news, dtype=np.float64)
+    if o.size == 0 or n.size == 0 or not o.mean() > 0:
         return Change(None, rounds=rounds)
-    ratio = float(n.mean() / o.mean())
+    ratio = finite(float(n.mean() / o.mean()))  # 1e308 rounds: the mean overflows
+    if ratio is None or not np.isfinite(o.mean()) or not np.isfinite(n.mean()):
+        return Change(None, word=NOT_FINITE, rounds=rounds)
     if o.size < MIN_ROUNDS or n.size < MIN_ROUNDS:
         return Change(ratio, rounds=rounds)
     rng = np.random.default_rng(SEED)
