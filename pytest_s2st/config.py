@@ -234,7 +234,11 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
 
 
 def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    from .inputs import finite
+
+    number = finite(value)  # inf is no target: a number that is not finite is missing evidence
+    return number is not None and number > 0
+
 
 
 def _resolve_quality(quality: dict[str, Any] | None, base: Path) -> dict[str, Any] | None:
@@ -296,6 +300,10 @@ def load_config(
 
     name = general.get("name")
     case_name = str(name) if name not in (None, "") else path.stem
+    if data.get("quality") is not None:  # the policy is checked when the case is resolved, for every test
+        from .gate import gate_policy
+
+        gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
     return CaseConfig(
         path=path,
         case_id=f"{model_type}-{case_name}",

@@ -129,14 +129,16 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (a number that is not finite is missing evidence)")
 
 
-def parse_json(text: str | bytes, where: str, what: str = "JSON") -> Any:
-    """json.loads that refuses NaN/Infinity and nesting too deep; one S2STError line naming ``where``."""
+def parse_json(text: str | bytes, where: str, what: str | None = None) -> Any:
+    """json.loads that refuses NaN/Infinity and nesting too deep; one S2STError line naming ``where``
+    (and ``what`` was being read)."""
+    prefix = f"{where}: cannot read {what}: " if what else f"{where}: "
     try:
         return json.loads(text, parse_constant=_no_constant)
     except RecursionError:
-        raise S2STError(f"{where}: {what} is nested too deep") from None
+        raise S2STError(f"{prefix}nested too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise S2STError(f"{where}: {what} is not valid JSON ({show(exc)})") from None
+        raise S2STError(f"{prefix}not valid JSON ({show(exc)})") from None
 
 
 def load_json(path: str | os.PathLike, what: str = "JSON file", limit: int = DEFAULT_LIMIT) -> Any:
@@ -208,9 +210,9 @@ def parse_yaml(text: str, where: str, what: str = "YAML") -> Any:
         finally:
             loader.dispose()
     except RecursionError:
-        raise S2STError(f"{where}: {what} is nested too deep") from None
+        raise S2STError(f"{where}: cannot read {what}: nested too deep") from None
     except yaml.YAMLError as exc:
-        raise S2STError(f"{where}: {what} is not valid YAML ({show(' '.join(str(exc).split()))})") from None
+        raise S2STError(f"{where}: cannot read {what}: not valid YAML ({show(' '.join(str(exc).split()))})") from None
 
 
 def load_yaml(path: str | os.PathLike, what: str = "YAML file", limit: int = DEFAULT_LIMIT) -> Any:

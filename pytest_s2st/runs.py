@@ -280,13 +280,13 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     req = path / REQUESTS
     if not path.is_dir():
-        return Run(path, {}, {}, f"{path} is not a directory")
-    if not req.exists():
-        return Run(path, {}, {}, f"{req} is missing")
+        return Run(path, {}, {}, f"{show(str(path))} is not a directory")
+    if not req.exists() and not req.is_symlink():
+        return Run(path, {}, {}, f"{show(str(req))} is missing")
     records = {r["id"]: r for r in read_records(path)}  # a retried id: the last record is the one kept
     summary = read_summary(path)
     if not records:
-        return Run(path, {}, summary, f"{req} holds no request records")
+        return Run(path, {}, summary, f"{show(str(req))} holds no request records")
     return Run(path, records, summary)
 
 
@@ -299,18 +299,33 @@ def _num(value: Any) -> bool:
 def request_metrics(record: dict) -> dict[str, float | None]:
     """ttfa_s / latency_s / rtf of one record; None where it failed or lacks the timestamps.
 
-    ttfa_s    = the record's own numeric ttfa_s, else first_audio_t - send_t
+    ttfa_s    = the record's own ttfa_s when not null, else first_audio_t - send_t
     latency_s = done_t - send_t
     rtf       = latency_s / audio_seconds   (audio_seconds > 0)
+    Each duration must be a finite number in [0, MAX_DURATION_S] (inputs.finite): NaN, inf, a string,
+    a negative time or one of 1e308 s is missing evidence, never a number.
     """
     if record.get("status") != "ok":
         return {"ttfa_s": None, "latency_s": None, "rtf": None}
     send, first, done, audio = (record.get(k) for k in ("send_t", "first_audio_t", "done_t", "audio_seconds"))
     own = record.get("ttfa_s")
-    ttfa = finite(own) if _num(own) else (finite(first - send) if _num(first) and _num(send) else None)
-    latency = finite(done - send) if _num(done) and _num(send) else None
-    rtf = finite(latency / audio) if latency is not None and _num(audio) and audio > 0 else None
+    if own is not None:  # the record's own ttfa_s, when it holds one, is the one: garbage there is no evidence
+        ttfa = _duration(own)
+    else:
+        ttfa = _duration(first - send) if _num(first) and _num(send) else None
+    latency = _duration(done - send) if _num(done) and _num(send) else None
+    audio = _duration(audio)
+    rtf = finite(latency / audio) if latency is not None and audio is not None and audio > 0 else None
     return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
+
+
+MAX_DURATION_S = 7 * 86400.0  # a request time or an audio length past a week is a corrupt record, not a measurement
+
+
+def _duration(value: Any) -> float | None:
+    """A duration from a record: finite, >= 0 and at most a week; else no evidence (None)."""
+    out = finite(value)
+    return out if out is not None and 0.0 <= out <= MAX_DURATION_S else None
 
 
 # vLLM-Omni's default continuity threshold (vllm_omni/metrics/definitions.py

@@ -57,8 +57,11 @@ def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
     n = np.asarray(news, dtype=np.float64)
     if o.size == 0 or n.size == 0 or not o.mean() > 0:
         return Change(None, rounds=rounds)
-    ratio = finite(float(n.mean() / o.mean()))  # 1e308 rounds: the mean overflows
-    if ratio is None or not np.isfinite(o.mean()) or not np.isfinite(n.mean()):
+    # 1e308 rounds are finite, but a resample of several overflows: no mean of them is evidence
+    if finite(float(np.abs(o).max()) * o.size) is None or finite(float(np.abs(n).max()) * n.size) is None:
+        return Change(None, word=NOT_FINITE, rounds=rounds)
+    ratio = finite(float(n.mean() / o.mean()))
+    if ratio is None:
         return Change(None, word=NOT_FINITE, rounds=rounds)
     if o.size < MIN_ROUNDS or n.size < MIN_ROUNDS:
         return Change(ratio, rounds=rounds)

@@ -50,10 +50,10 @@ def test_load_json_and_yaml(tmp_path):
     (tmp_path / "p.yaml").write_text("".join(f"{k}: {v}\n" for k, v in FULL.items()))
     assert Policy.load(tmp_path / "p.json") == Policy.load(tmp_path / "p.yaml") == Policy.from_mapping(FULL, "x")
     (tmp_path / "bad.yaml").write_text("max_speaker_drop: [1\n")
-    with pytest.raises(S2STError, match=r"bad.yaml: policy is not valid YAML"):
+    with pytest.raises(S2STError, match=r"bad.yaml: cannot read policy: not valid YAML"):
         Policy.load(tmp_path / "bad.yaml")
     (tmp_path / "neg.yaml").write_text("max_speaker_drop: -1\n")
     with pytest.raises(S2STError, match=r"neg.yaml: max_speaker_drop must be >= 0"):
         Policy.load(tmp_path / "neg.yaml")
-    with pytest.raises(S2STError, match=r"missing.json: cannot read policy"):
+    with pytest.raises(S2STError, match=r"missing.json: policy not found"):
         Policy.load(tmp_path / "missing.json")

@@ -77,7 +77,7 @@ def test_write_and_read_summary_merge_levels(tmp_path):
     with pytest.raises(S2STError, match="unreadable summary"):
         runs.read_summary(tmp_path)
     (tmp_path / runs.SUMMARY).write_text("{oops")
-    with pytest.raises(S2STError, match="summary is not valid JSON"):
+    with pytest.raises(S2STError, match="cannot read summary: not valid JSON"):
         runs.read_summary(tmp_path)
 
 

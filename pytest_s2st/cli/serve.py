@@ -91,7 +91,7 @@ def _load_case(args: argparse.Namespace):
         return load_case(args.s2st_config, {}, lambda name: None)
     from ..inputs import load_json
 
-    data = load_json(args.case, "case JSON")
+    data = load_json(args.case, "the case JSON")
     try:
         return Case.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..inputs import finite
+from ..inputs import finite, is_regular_file, show
 from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
 from .policy import Policy
 from .scorefile import SIDES, Scores, pcm_sha256
@@ -62,17 +62,20 @@ def _f(value: Any) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | None:
-    """(pcm_sha256, seconds) of the id's WAV, or None when there is no file."""
+def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | str | None:
+    """(pcm_sha256, seconds) of the id's WAV, None when there is no file, a reason when it is unreadable."""
     wav = run.wav(rid)
     if wav not in cache:
-        if not wav.is_file():
+        if not is_regular_file(wav):  # a FIFO or device named like a WAV is no WAV (and could block a read)
             cache[wav] = None
         else:
             import soundfile as sf
 
-            info = sf.info(str(wav))
-            cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
+            try:
+                info = sf.info(str(wav))
+                cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
+            except Exception as exc:  # noqa: BLE001 -- libsndfile's errors vary: a corrupt WAV is no evidence
+                cache[wav] = f"unreadable ({show(exc)})"
     return cache[wav]
 
 
@@ -193,8 +196,8 @@ def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | N
         (judge.crossed if side == "candidate" else judge.missing).append(msg)
         return None, False
     wav = _wav_facts(run, rid, wav_cache)
-    if wav is None:
-        judge.missing.append(f"{side} WAV for {rid} missing ({run.wav(rid)})")
+    if wav is None or isinstance(wav, str):
+        judge.missing.append(f"{side} WAV for {rid} {wav or 'missing'} ({show(str(run.wav(rid)))})")
         return None, False
     if rec.get("pcm_sha256") and rec["pcm_sha256"] != wav[0]:
         judge.missing.append(f"{side} WAV for {rid} does not match its request record's pcm_sha256")
