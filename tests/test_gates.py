@@ -205,6 +205,11 @@ def _special(path: Path, kind: str, keep: list) -> None:
             fh.truncate(4 * 2**30)
 
 
+EXPECTED = {"fifo": "a FIFO, not a regular file", "dev_zero": "a character device, not a regular file",
+            "directory": "a directory, not a regular file", "socket": "a socket, not a regular file",
+            "symlink_loop": "a symlink loop", "oversized": "bytes, over the"}
+
+
 def _finishes(fn, seconds: float = 20.0):
     """fn() in a thread: (finished, exception). A FIFO read that blocks leaves the thread waiting."""
     box: dict = {}
@@ -248,6 +253,7 @@ def test_special_files_are_one_line_at_once(tmp_path, reader, kind):
     assert finished, f"{reader}: reading a {kind} did not return"
     assert isinstance(exc, S2STError), (reader, kind, repr(exc))
     assert "\n" not in str(exc) and path.name in str(exc), str(exc)
+    assert EXPECTED[kind] in str(exc), str(exc)  # refused for what it is, before any read
     for sock in keep:
         sock.close()
 
