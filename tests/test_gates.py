@@ -532,3 +532,30 @@ def test_assess_refuses_a_corrupt_wav_as_missing_evidence(tmp_path, capsys, wav_
     os.mkfifo(cand / "wav" / "c1-r1.wav")  # a FIFO named like a WAV: never read
     finished, exc = _finishes(lambda: assess.main(["--baseline", str(base), "--candidate", str(cand)]))
     assert finished and exc is None
+
+
+def test_negative_durations_and_budgets_are_no_evidence():
+    """From the mutation pass: a time before the send, and a negative budget, are refused."""
+    from pytest_s2st.budget import parse_budget
+    from pytest_s2st.runs import request_metrics
+
+    rec = {"status": "ok", "send_t": 100.0, "first_audio_t": 99.0, "done_t": 98.0, "audio_seconds": 1.0}
+    assert request_metrics(rec) == {"ttfa_s": None, "latency_s": None, "rtf": None}
+    with pytest.raises(S2STError, match="flops must be a finite number >= 0"):
+        parse_budget({"flops": -1}, "t")
+
+
+def test_a_change_that_overflows_is_inconclusive_not_fail(tmp_path, capsys, wav_bytes):
+    """From the mutation pass: a denormal baseline time (5e-324 s) makes the change % overflow to inf;
+    that is no evidence (INCONCLUSIVE), not an "improvement of -inf %" FAIL."""
+    from pytest_s2st.cli import assess
+
+    base = _run_dir(tmp_path, "base", 0.8, wav_bytes)
+    cand = _run_dir(tmp_path, "cand", 0.4, wav_bytes)
+    recs = [json.loads(x) for x in (base / "requests.jsonl").read_text().splitlines()]
+    for r in recs:
+        r.update(send_t=0.0, first_audio_t=0.0, done_t=5e-324)
+    (base / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert assess.main(["--baseline", str(base), "--candidate", str(cand)]) == 2
+    out = capsys.readouterr().out
+    assert "not a finite number" in out and "inf" not in out.replace("INCONCLUSIVE", ""), out
