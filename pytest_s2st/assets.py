@@ -57,13 +57,12 @@ def write_manifest(model_dir: str | os.PathLike) -> Path:
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    from .inputs import load_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise S2STError(f"{path}: asset manifest not found (write it with pytest_s2st.assets.write_manifest)") from None
-    except (OSError, ValueError) as exc:
-        raise S2STError(f"{path}: cannot read asset manifest: {' '.join(str(exc).split())}") from None
+    if not path.exists() and not path.is_symlink():
+        raise S2STError(f"{path}: asset manifest not found (write it with pytest_s2st.assets.write_manifest)")
+    data = load_json(path, "asset manifest")
     if not isinstance(data, dict) or not data:
         raise S2STError(f"{path}: asset manifest must be a non-empty mapping of file -> {{size, sha256}}")
     for rel, entry in data.items():

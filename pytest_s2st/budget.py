@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from .errors import S2STError
+from .inputs import closest, finite, show
 from .measure.record import Metric
 from .quality.verdict import FAIL, INCONCLUSIVE, PASS, Verdict  # one verdict type for budgets and the gate
 from .metrics import BUDGETS, INFERENCE_BUDGETS, SERVICE_BUDGETS, service_value
@@ -21,10 +22,12 @@ def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float
             stage = str(value)
             continue
         if key not in BUDGETS:
-            raise S2STError(f"{where}: s2st_budget: unknown metric {key!r}; known: {', '.join(BUDGETS)}, stage")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-            raise S2STError(f"{where}: s2st_budget: {key} must be a number >= 0, got {value!r}")
-        limits[key] = float(value)
+            raise S2STError(f"{where}: s2st_budget: unknown metric {show(repr(key))}{closest(key, list(BUDGETS) + ['stage'])}; "
+                            f"known: {', '.join(BUDGETS)}, stage")
+        number = finite(value)
+        if number is None or number < 0:
+            raise S2STError(f"{where}: s2st_budget: {key} must be a finite number >= 0, got {show(repr(value))}")
+        limits[key] = number
     if not limits:
         raise S2STError(f"{where}: s2st_budget needs at least one limit ({', '.join(INFERENCE_BUDGETS)}, ...)")
     return limits, stage
@@ -47,7 +50,7 @@ def service_lookup(data: Mapping[str, Any]) -> Lookup:
             reasons = summary.get("reasons") or {}
             why = reasons.get(SERVICE_BUDGETS[name][0]) or reasons.get("all")
             return Metric.missing(method, why or "no completed request to compute it from")
-        return Metric(float(value), method)
+        return Metric(value, method)
 
     return lookup
 
@@ -60,11 +63,13 @@ def check_budget(lookup: Lookup, limits: Mapping[str, float], stage: str | None 
     scope = f" (stage {stage})" if stage else ""
     for name, limit in limits.items():
         metric = lookup(name, stage)
-        if metric is None or metric.value is None:
-            reason = metric.reason if metric is not None else "not measured"
+        value = finite(metric.value) if metric is not None else None
+        if value is None:
+            reason = metric.reason if metric is not None and metric.value is None else \
+                "not measured" if metric is None else f"value {show(repr(metric.value))} is not a finite number"
             missing.append(f"{name}{scope}: no value to check against budget {_fmt(limit)} ({reason})")
-        elif metric.value > limit:
-            failures.append(f"{name}{scope}: measured {_fmt(metric.value)} > budget {_fmt(limit)} (method {metric.method})")
+        elif value > limit:
+            failures.append(f"{name}{scope}: measured {_fmt(value)} > budget {_fmt(limit)} (method {metric.method})")
     if failures:
         return Verdict(FAIL, failures + missing)
     if missing:

@@ -116,23 +116,17 @@ MAX_CONFIG_CHARS = 1_000_000  # a benchmark config is a few dozen lines; anythin
 
 
 def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
-    try:
-        size = path.stat().st_size if path.is_file() else 0
-        if size > MAX_CONFIG_CHARS * 4:  # utf-8: at most 4 bytes a character; never read a huge file whole
-            raise S2STError(f"{path}: config file is {size} bytes, more than a config can be")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise S2STError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise S2STError(f"{path}: cannot read config file: {e}") from None
+    from .inputs import read_text, show, yaml_node
+
+    # utf-8: at most 4 bytes a character; the bounded reader refuses FIFOs, devices, directories, loops
+    text = read_text(path, "config file", MAX_CONFIG_CHARS * 4)
     if len(text) > MAX_CONFIG_CHARS:
         raise S2STError(f"{path}: config file is {len(text)} characters, more than {MAX_CONFIG_CHARS}")
+    loader = None
     try:
-        loader = _StrictSafeLoader(text)  # its reader refuses non-printable characters at once
-    except yaml.YAMLError as e:
-        raise S2STError(f"{path}: YAML syntax error: {' '.join(str(e).split())}") from None
-    try:
-        node = loader.get_single_node()
+        # the strict loader's reader refuses non-printable characters at once; an alias bomb is refused
+        # before it is expanded (inputs.yaml_node)
+        node, loader = yaml_node(text, show(str(path)), _StrictSafeLoader)
         data = loader.construct_document(node) if node is not None else None
     except _DuplicateKey as e:
         raise S2STError(f"{path}:{e}") from None
@@ -143,8 +137,11 @@ def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
         raise S2STError(f"{path}{line}: YAML syntax error: {problem}") from None
     except yaml.YAMLError as e:
         raise S2STError(f"{path}: YAML syntax error: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise S2STError(f"{path}: config is nested too deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     lines: dict[str, int] = {}
     if node is not None:
         _collect_lines(node, "", lines)
@@ -237,7 +234,11 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
 
 
 def _positive_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    from .inputs import finite
+
+    number = finite(value)  # inf is no target: a number that is not finite is missing evidence
+    return number is not None and number > 0
+
 
 
 def _resolve_quality(quality: dict[str, Any] | None, base: Path) -> dict[str, Any] | None:
@@ -299,6 +300,10 @@ def load_config(
 
     name = general.get("name")
     case_name = str(name) if name not in (None, "") else path.stem
+    if data.get("quality") is not None:  # the policy is checked when the case is resolved, for every test
+        from .gate import gate_policy
+
+        gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
     return CaseConfig(
         path=path,
         case_id=f"{model_type}-{case_name}",

@@ -90,17 +90,10 @@ COMMIT_KEYS = ("id", "dirty", "project")
 
 def load_saved_run(path: str | Path) -> dict[str, Any]:
     """One pytest-benchmark JSON (--benchmark-json / --benchmark-save): checked, one line on any fault."""
+    from .inputs import load_json
+
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_RUN_BYTES:
-            raise S2STError(f"{path}: {size} bytes is over the {MAX_RUN_BYTES} a saved run may have")
-        with path.open("rb") as fh:
-            data = json.loads(fh.read(MAX_RUN_BYTES + 1))
-    except OSError as exc:
-        raise S2STError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise S2STError(f"{path}: not JSON: {exc}") from None
+    data = load_json(path, "saved run", MAX_RUN_BYTES)
     if not isinstance(data, dict):
         raise S2STError(f"{path}: not a pytest-benchmark run (top level is {type(data).__name__}, not an object)")
     for key, kind in (("machine_info", dict), ("commit_info", dict), ("benchmarks", list)):

@@ -21,6 +21,15 @@ def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, A
         return None
     if quality is not None and not isinstance(quality, Mapping):
         raise S2STError(f"{where}: quality must be a mapping, got {type(quality).__name__}")
+    from dataclasses import fields
+
+    from .inputs import closest, show
+
+    known = [f.name for f in fields(Policy)] + list(PLUGIN_KEYS)
+    for key in list(quality or {}) + list(marker_kwargs or {}):
+        if key not in known:
+            raise S2STError(f"{where}: unknown key {show(repr(key))}{closest(key, known)}; "
+                            f"known: {', '.join(sorted(known))}")
     merged = {k: v for k, v in (quality or {}).items() if k not in PLUGIN_KEYS}
     merged.update(marker_kwargs or {})
     return Policy.from_mapping(merged, where)

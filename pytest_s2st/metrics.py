@@ -172,8 +172,10 @@ def service_value(summary: Mapping[str, Any], key: str) -> float | None:
     metric, stat = SERVICE_BUDGETS[key]
     value = summary.get(metric)
     if stat is not None:
-        value = (value or {}).get(stat)
-    return None if value is None else float(value)
+        value = value.get(stat) if isinstance(value, Mapping) else None
+    from .inputs import finite
+
+    return finite(value)  # NaN/inf/a string in a summary: no value (the budget says why), never a number
 
 
 def format_value(name: str, value: float | None) -> str:

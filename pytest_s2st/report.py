@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from .inputs import finite, show
 from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .settings import CompareLimit
@@ -71,7 +72,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         cells = [row.name]
         for key, _ in columns:
-            cells.append(cell(key, row.metrics.get(key) or {}))
+            cells.append(cell(key, _entry(row.metrics, key)))
         methods = []
         for key in (m.name for m in INFERENCE_METRICS if m.show_method):
             if key in row.metrics:
@@ -84,8 +85,10 @@ def render_table(rows: Sequence[Row]) -> list[str]:
 
 def cell(key: str, metric: Mapping[str, Any]) -> str:
     """A metric's table cell; a partial count (ops left uncounted: a lower bound) reads '>=7.884 M partial'."""
-    text = fmt_metric(key, metric.get("value"))
-    if metric.get("value") is not None and (metric.get("details") or {}).get("partial"):
+    value = finite(metric.get("value"))  # NaN, inf, a string: missing evidence (n/a), never 'nan'
+    text = fmt_metric(key, value)
+    details = metric.get("details")
+    if value is not None and isinstance(details, Mapping) and details.get("partial"):
         return f">={text} partial"
     return text
 
@@ -108,15 +111,24 @@ def missing_notes(rows: Sequence[Row]) -> list[str]:
 
 
 def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """A saved pytest-benchmark JSON benchmark entry -> {identity[::stage]: metrics}."""
-    s2st = (saved.get("extra_info") or {}).get("s2st")
-    if not s2st:
+    """A saved pytest-benchmark JSON benchmark entry -> {identity[::stage]: metrics}.
+    A hand-edited entry of the wrong shape gives what it can; a part that is not an object is a row
+    with no metrics, so a gate on it reports "not measured" instead of passing or crashing."""
+    extra = saved.get("extra_info") if isinstance(saved, Mapping) else None
+    s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
+    if not isinstance(s2st, Mapping) or not s2st:
         return {}
-    key = identity(s2st, saved["fullname"])
-    out = {key: s2st.get("metrics", {})}
-    for stage in s2st.get("stages", []):
-        out[f"{key}::{stage['name']}"] = stage.get("metrics", {})
+    key = identity(s2st, str(saved.get("fullname")))
+    out = {key: _mapping(s2st.get("metrics"))}
+    stages = s2st.get("stages")
+    for stage in stages if isinstance(stages, list) else []:
+        if isinstance(stage, Mapping) and isinstance(stage.get("name"), str):
+            out[f"{key}::{stage['name']}"] = _mapping(stage.get("metrics"))
     return out
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def saved_counterpart(row: Row, compared: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -125,13 +137,22 @@ def saved_counterpart(row: Row, compared: Mapping[str, Mapping[str, Any]]) -> Ma
     return compared.get(row.fullname) if old is None else old
 
 
+def _entry(metrics: Any, key: str) -> Mapping[str, Any]:
+    entry = metrics.get(key) if isinstance(metrics, Mapping) else None
+    return entry if isinstance(entry, Mapping) else {}
+
+
 def _value(metrics: Mapping[str, Any], key: str) -> float | None:
-    return (metrics.get(key) or {}).get("value")
+    """The metric's value when it is usable evidence (inputs.finite); NaN, inf, a string -> None."""
+    return finite(_entry(metrics, key).get("value"))
 
 
 def _reason(metrics: Mapping[str, Any], key: str) -> str:
-    entry = metrics.get(key) or {}
-    return str(entry.get("reason") or ("not in the saved row" if not entry else "no value"))[:200]
+    entry = _entry(metrics, key)
+    raw = entry.get("value")
+    if raw is not None and finite(raw) is None:
+        return f"value {show(repr(raw), 60)} is not a finite number (missing evidence)"
+    return show(entry.get("reason") or ("not in the saved row" if not entry else "no value"))
 
 
 def pct_change(old: float | None, new: float | None) -> str:
@@ -163,20 +184,25 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
     return table(header, body) if body else []
 
 
-def _rounds(metrics: Mapping[str, Any], key: str) -> list[float] | None:
-    return ((metrics.get(key) or {}).get("details") or {}).get("rounds_s")
+def _rounds(metrics: Mapping[str, Any], key: str) -> Any:
+    details = _entry(metrics, key).get("details")
+    return details.get("rounds_s") if isinstance(details, Mapping) else None
 
 
 def _run_means(metrics: Mapping[str, Any]) -> list[float] | None:
     """The per-run mean runtimes of a row: several after ``s2st-merge --repeats``, else its one run's mean
     (None when it kept no timed rounds: saved before rounds were)."""
-    entry = metrics.get("runtime_s") or {}
-    runs = (entry.get("details") or {}).get("runs_s")
+    entry = _entry(metrics, "runtime_s")
+    details = entry.get("details")
+    runs = details.get("runs_s") if isinstance(details, Mapping) else None
     if runs:
-        return [float(v) for v in runs]
-    if not _rounds(metrics, "runtime_s") or entry.get("value") is None:
+        return list(runs) if isinstance(runs, (list, tuple)) else [runs]  # compare_runs judges each value
+    rounds = _rounds(metrics, "runtime_s")
+    if not rounds or entry.get("value") is None:
         return None
-    return [float(entry["value"])]
+    if not isinstance(rounds, (list, tuple)) or any(finite(v) is None for v in rounds):
+        return list(rounds) if isinstance(rounds, (list, tuple)) else [rounds]  # compare_runs: not finite
+    return [entry["value"]]
 
 
 def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
@@ -213,6 +239,10 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
             change = limit.exceeded(_value(old, limit.metric), _value(row.metrics, limit.metric))
             if change is None:
                 continue
+            if limit.metric == "runtime_s" and _rounds_not_finite(old, row.metrics):
+                out.append(f"{row.fullname}: runtime_s timed rounds are not finite numbers (missing evidence), "
+                           f"so limit {limit} was not checked")
+                continue
             if limit.metric == "runtime_s" and not _significantly_slower(old, row.metrics):
                 continue  # past the limit, but within what the rounds' spread allows: not a regression
             unit = "%" if limit.percent else ""
@@ -220,6 +250,13 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
                        f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
                        f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}), limit {limit}")
     return out
+
+
+def _rounds_not_finite(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    from .significance import NOT_FINITE
+
+    change = runtime_change(old, new)
+    return change is not None and change.word == NOT_FINITE
 
 
 def _significantly_slower(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:

@@ -29,6 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import S2STError
+from .inputs import dumps, finite, load_json, read_bytes, show
+
+MAX_RECORDS_BYTES = 1024 * 2**20  # one level's requests.jsonl (a record is ~1-40 KB with its chunk timeline)
+MAX_SUMMARY_BYTES = 64 * 2**20
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (a number that is not finite is missing evidence)")
 
 REQUESTS = "requests.jsonl"
 WAV_DIR = "wav"
@@ -199,7 +207,7 @@ def write_summary(
     data.setdefault("by_concurrency", {})[str(concurrency)] = level
     path = out_dir / SUMMARY
     tmp = path.with_name(SUMMARY + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 
@@ -220,23 +228,24 @@ def read_records(out_dir: str | Path) -> list[dict]:
     JSON object with a string "id") is corruption and raises S2STError naming file:line.
     """
     path = Path(out_dir) / REQUESTS
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_bytes(path, "request records", MAX_RECORDS_BYTES).decode("utf-8", errors="replace")
     lines = text.split("\n")
     records: list[dict] = []
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, parse_constant=_not_json)
             # every user keys records by id (WAV name, verdict pairing): one without is unusable
             if not isinstance(record, dict) or not isinstance(record.get("id"), str):
                 raise ValueError("not a JSON object with a string 'id'")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             if lineno == len(lines) and not text.endswith("\n"):
                 break  # killed mid-write: the record was never finished
-            raise S2STError(f"{path}:{lineno}: unreadable request record ({exc})") from None
+            why = "nested too deep" if isinstance(exc, RecursionError) else show(exc)
+            raise S2STError(f"{show(str(path))}:{lineno}: unreadable request record ({why})") from None
         records.append(record)
     return records
 
@@ -244,12 +253,9 @@ def read_records(out_dir: str | Path) -> list[dict]:
 def read_summary(out_dir: str | Path) -> dict:
     """out_dir/summary.json, or {} when there is none."""
     path = Path(out_dir) / SUMMARY
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise S2STError(f"{path}: unreadable summary ({exc})") from None
+    data = load_json(path, "summary", MAX_SUMMARY_BYTES)
     if not isinstance(data, dict):
         raise S2STError(f"{path}: unreadable summary (not a JSON object)")
     return data
@@ -283,36 +289,42 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     req = path / REQUESTS
     if not path.is_dir():
-        return Run(path, {}, {}, f"{path} is not a directory")
-    if not req.exists():
-        return Run(path, {}, {}, f"{req} is missing")
+        return Run(path, {}, {}, f"{show(str(path))} is not a directory")
+    if not req.exists() and not req.is_symlink():
+        return Run(path, {}, {}, f"{show(str(req))} is missing")
     records = {r["id"]: r for r in read_records(path)}  # a retried id: the last record is the one kept
     summary = read_summary(path)
     if not records:
-        return Run(path, {}, summary, f"{req} holds no request records")
+        return Run(path, {}, summary, f"{show(str(req))} holds no request records")
     return Run(path, records, summary)
 
 
 # --- per-request metrics ---------------------------------------------------------------------
 
 def _num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)  # JSON true is no time
+    return finite(value) is not None  # JSON true is no time; NaN/inf is missing evidence (inputs.finite)
 
 
 def request_metrics(record: dict) -> dict[str, float | None]:
     """ttfa_s / latency_s / rtf of one record; None where it failed or lacks the timestamps.
 
-    ttfa_s    = the record's own numeric ttfa_s, else first_audio_t - send_t
+    ttfa_s    = the record's own ttfa_s when not null, else first_audio_t - send_t
     latency_s = done_t - send_t
     rtf       = latency_s / audio_seconds   (audio_seconds > 0)
+    Each duration must be a finite number in [0, MAX_DURATION_S] (inputs.finite): NaN, inf, a string,
+    a negative time or one of 1e308 s is missing evidence, never a number.
     """
     if record.get("status") != "ok":
         return {"ttfa_s": None, "latency_s": None, "rtf": None}
     send, first, done, audio = (record.get(k) for k in ("send_t", "first_audio_t", "done_t", "audio_seconds"))
     own = record.get("ttfa_s")
-    ttfa = own if _num(own) else (first - send if _num(first) and _num(send) else None)
-    latency = done - send if _num(done) and _num(send) else None
-    rtf = latency / audio if latency is not None and _num(audio) and audio > 0 else None
+    if own is not None:  # the record's own ttfa_s, when it holds one, is the one: garbage there is no evidence
+        ttfa = _duration(own)
+    else:
+        ttfa = _duration(first - send) if _num(first) and _num(send) else None
+    latency = _duration(done - send) if _num(done) and _num(send) else None
+    audio = _duration(audio)
+    rtf = finite(latency / audio) if latency is not None and audio is not None and audio > 0 else None
     return {"ttfa_s": ttfa, "latency_s": latency, "rtf": rtf}
 
 
@@ -367,6 +379,15 @@ def record_json(record: dict) -> str:
         return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=default)
     except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
         return json.dumps(record, separators=(",", ":"), default=default)
+
+
+MAX_DURATION_S = 7 * 86400.0  # a request time or an audio length past a week is a corrupt record, not a measurement
+
+
+def _duration(value: Any) -> float | None:
+    """A duration from a record: finite, >= 0 and at most a week; else no evidence (None)."""
+    out = finite(value)
+    return out if out is not None and 0.0 <= out <= MAX_DURATION_S else None
 
 
 # vLLM-Omni's default continuity threshold (vllm_omni/metrics/definitions.py

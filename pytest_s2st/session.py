@@ -285,7 +285,13 @@ class S2STSession:
                 self.plots += [str(p) for p in plot_service(self.service_results, self.option("plot"))]
             except S2STError as exc:
                 self.plots.append(f"not written: {exc}")
-        self.regressions = self.check_regressions()
+        try:
+            self.regressions = self.check_regressions()
+        except Exception as exc:  # noqa: BLE001 -- a compare that crashed checked nothing: it fails, tables stay
+            from .inputs import show
+
+            self.regressions = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
+                                "so no limit was checked"]
         failing = bool(self.regressions) or bool(self.inconclusive and self.option("strict"))
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -310,7 +316,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_inference(self, tr: Any) -> None:
-        from .report import insignificant, missing_notes, render_compare, render_table, unmatched
+        from .report import missing_notes, render_table
 
         rows = self.rows()
         tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
@@ -321,6 +327,16 @@ class S2STSession:
         warning = self.contention_warning()
         if warning:
             tr.write_line(f"warning: {warning}", yellow=True)
+        try:
+            self._display_compare(tr, rows)
+        except Exception as exc:  # noqa: BLE001 -- what was measured is shown above whatever the saved run holds
+            from .inputs import show
+
+            tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
+
+    def _display_compare(self, tr: Any, rows: list[Any]) -> None:
+        from .report import insignificant, render_compare, unmatched
+
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
         if lines:

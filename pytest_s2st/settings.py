@@ -44,6 +44,34 @@ def positive_float(value: Any) -> float:
     return out
 
 
+MAX_ROUNDS = 100_000  # timed rounds one benchmark may ask for: each is kept (rounds_s) in the saved JSON
+MAX_SECONDS = 7 * 86400.0  # any duration option: a week (1e308 is well-formed but no bound at all)
+MAX_AUDIO_S = 86400.0  # audio one service response may carry (a day): the byte bounds derive from it
+
+
+def bounded_int(upper: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        out = positive_int(value)
+        if out > upper:
+            raise ValueError(f"must be an integer in 1-{upper}, got {value!r}")
+        return out
+
+    parse.__name__ = "bounded_int"
+    return parse
+
+
+def bounded_float(upper: float, *, below: bool = False) -> Callable[[Any], float]:
+    """A number in (0, upper] (``below``: (0, upper)); NaN, inf and absurd magnitudes refused."""
+    def parse(value: Any) -> float:
+        out = positive_float(value)
+        if out > upper or below and out >= upper:
+            raise ValueError(f"must be a number > 0 and {'<' if below else '<='} {upper:g}, got {value!r}")
+        return out
+
+    parse.__name__ = "bounded_float"
+    return parse
+
+
 def int_list(value: Any) -> tuple[int, ...]:
     """'1,4,8' or [1, 4, 8] -> (1, 4, 8): each a positive integer, no duplicates."""
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
@@ -213,17 +241,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataset_path", text, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
     Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
     Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream)", metavar="N"),
-    Setting("repeat", positive_int, 1, "timed runs per sample (runtime is their mean)", metavar="N"),
+    Setting("repeat", bounded_int(MAX_ROUNDS), 1, "timed runs per sample (runtime is their mean)", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
     Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
     Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
     Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi (hardware counters), off"),
     Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
-    Setting("min_rounds", positive_int, None, "timed rounds at least: the dataset is cycled until N rounds ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x repeat)", metavar="N"),
+    Setting("min_rounds", bounded_int(MAX_ROUNDS), None, "timed rounds at least: the dataset is cycled until N rounds ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x repeat)", metavar="N"),
     Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
-    Setting("target_precision", positive_float, None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),
-    Setting("max_time", positive_float, 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
+    Setting("target_precision", bounded_float(1.0, below=True), None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),
+    Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
     Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
@@ -234,8 +262,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
     Setting("workload", text, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
     Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
-    Setting("max_audio_s", positive_float, 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
-    Setting("request_timeout", positive_float, 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
+    Setting("max_audio_s", bounded_float(MAX_AUDIO_S), 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
+    Setting("request_timeout", bounded_float(MAX_SECONDS), 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
     Setting("protocol", choice("s2st", "openai"), "s2st", "the speech server's protocol: s2st (this project's SSE events) or openai (OpenAI's POST /v1/audio/speech, as vLLM-Omni serves it: raw PCM, SSE speech.audio.delta events or WAV)"),
     Setting("extra_body", extra_body, None, "protocol openai: a JSON object merged into every request body (as vllm bench serve --extra-body), e.g. '{\"model\": \"m\", \"task_type\": \"CustomVoice\"}'", metavar="JSON"),
     Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do not name theirs", metavar="HZ"),
@@ -246,7 +274,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("quality", text, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
     Setting("plot", text, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
     Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
-    Setting("level_parts_wait", positive_float, 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
+    Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
     Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge)", per_case=False, metavar="I/N"),
 )
 

@@ -36,6 +36,7 @@ CANNOT_TELL = "cannot tell from one run per side"
 # two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: interpolated to the normal's 1.960)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+NOT_FINITE = "rounds not finite (missing evidence)"  # a NaN/inf/non-number round: nothing is claimed
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Change:
 
     def describe(self) -> str:
         if self.ratio is None:
-            return "n/a"
+            return f"n/a ({self.word})" if self.word == NOT_FINITE else "n/a"
         if self.runs is not None:
             runs = f"{self.runs[0]}/{self.runs[1]} runs"
             if self.low is None:
@@ -66,12 +67,24 @@ class Change:
 
 
 def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
-    o = np.asarray([float(v) for v in old], dtype=np.float64)
-    n = np.asarray([float(v) for v in new], dtype=np.float64)
-    rounds = (int(o.size), int(n.size))
-    if o.size == 0 or n.size == 0 or o.mean() <= 0:
+    from .inputs import finite
+
+    if not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
+        return Change(None, word=NOT_FINITE)
+    olds, news = [finite(v) for v in old], [finite(v) for v in new]
+    rounds = (len(olds), len(news))
+    if None in olds or None in news:
+        return Change(None, word=NOT_FINITE, rounds=rounds)
+    o = np.asarray(olds, dtype=np.float64)
+    n = np.asarray(news, dtype=np.float64)
+    if o.size == 0 or n.size == 0 or not o.mean() > 0:
         return Change(None, rounds=rounds)
-    ratio = float(n.mean() / o.mean())
+    # 1e308 rounds are finite, but a resample of several overflows: no mean of them is evidence
+    if finite(float(np.abs(o).max()) * o.size) is None or finite(float(np.abs(n).max()) * n.size) is None:
+        return Change(None, word=NOT_FINITE, rounds=rounds)
+    ratio = finite(float(n.mean() / o.mean()))
+    if ratio is None:
+        return Change(None, word=NOT_FINITE, rounds=rounds)
     if o.size < MIN_ROUNDS or n.size < MIN_ROUNDS:
         return Change(ratio, rounds=rounds)
     rng = np.random.default_rng(SEED)
@@ -98,12 +111,24 @@ def t975(df: float) -> float:
 
 def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs."""
-    o = np.asarray([float(v) for v in old], dtype=np.float64)
-    n = np.asarray([float(v) for v in new], dtype=np.float64)
-    runs = (int(o.size), int(n.size))
+    from .inputs import finite
+
+    if not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
+        return Change(None, word=NOT_FINITE)
+    olds, news = [finite(v) for v in old], [finite(v) for v in new]
+    runs = (len(olds), len(news))
+    if None in olds or None in news:
+        return Change(None, word=NOT_FINITE, runs=runs)
+    o = np.asarray(olds, dtype=np.float64)
+    n = np.asarray(news, dtype=np.float64)
     if o.size == 0 or n.size == 0 or (o <= 0).any() or (n <= 0).any():
         return Change(None, runs=runs)
-    ratio = float(n.mean() / o.mean())
+    # 1e308 means are finite, but their sum overflows: no mean of them is evidence
+    if finite(float(o.max()) * o.size) is None or finite(float(n.max()) * n.size) is None:
+        return Change(None, word=NOT_FINITE, runs=runs)
+    ratio = finite(float(n.mean() / o.mean()))
+    if ratio is None:
+        return Change(None, word=NOT_FINITE, runs=runs)
     if o.size < MIN_RUNS or n.size < MIN_RUNS:
         return Change(ratio, word=CANNOT_TELL, runs=runs)
     lo_, ln = np.log(o), np.log(n)

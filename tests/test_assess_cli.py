@@ -53,7 +53,7 @@ def test_bad_input_is_one_line_and_exit_2(runs, capsys):
     (tmp / "broken.json").write_text("{not json")
     rc = main(["--baseline", str(base), "--candidate", str(cand), "--quality", str(tmp / "broken.json")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith(f"s2st-assess: {tmp / 'broken.json'}: not valid JSON") and err.count("\n") == 1
+    assert rc == 2 and err.startswith(f"s2st-assess: {tmp / 'broken.json'}: cannot read scores file: not valid JSON") and err.count("\n") == 1
     _write(tmp / "p.json", {"max_speaker_drop": -1})
     assert main(["--baseline", str(base), "--candidate", str(cand), "--policy", str(tmp / "p.json")]) == 2
     assert "p.json: max_speaker_drop must be >= 0" in capsys.readouterr().err

@@ -292,8 +292,8 @@ def test_case_id_uses_name(tmp_path):
 
 
 def test_quality_kept_as_is(tmp_path):
-    p = write(tmp_path, "general: {model_type: TTS}\nquality: {wer_max_increase: 0.02, refs: $NOT_EXPANDED}\n")
-    assert load(p).quality == {"wer_max_increase": 0.02, "refs": "$NOT_EXPANDED"}
+    p = write(tmp_path, "general: {model_type: TTS}\nquality: {max_duration_change_pct: 0.02, scorer_id: $NOT_EXPANDED}\n")
+    assert load(p).quality == {"max_duration_change_pct": 0.02, "scorer_id": "$NOT_EXPANDED"}
 
 
 def test_quality_paths_resolved_against_yaml_folder(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ def test_a_zero_budget_is_a_limit_not_unset(key):
 
 @pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), True, "1"])
 def test_a_budget_that_is_not_a_finite_number_at_least_zero_is_one_line(bad):
-    with pytest.raises(Exception, match=r"t: s2st_budget: flops must be a number >= 0, got"):
+    with pytest.raises(Exception, match=r"t: s2st_budget: flops must be a finite number >= 0, got"):
         parse_budget({"flops": bad}, "t")
 
 

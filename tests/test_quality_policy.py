@@ -32,8 +32,8 @@ def test_unset_thresholds_are_not_gated():
 @pytest.mark.parametrize("data, message", [
     ({**FULL, "max_wer": 0.1}, "where.json: unknown policy key 'max_wer'"),
     ({**FULL, "max_speaker_drop": -0.1}, "where.json: max_speaker_drop must be >= 0, got -0.1"),
-    ({**FULL, "max_speaker_drop": "0.1"}, "where.json: max_speaker_drop must be a number, got '0.1'"),
-    ({**FULL, "min_improvement_pct": True}, "where.json: min_improvement_pct must be a number, got True"),
+    ({**FULL, "max_speaker_drop": "0.1"}, "where.json: max_speaker_drop must be a finite number, got '0.1'"),
+    ({**FULL, "min_improvement_pct": True}, "where.json: min_improvement_pct must be a finite number, got True"),
     ({**FULL, "scorer_id": ""}, "where.json: scorer_id must be a non-empty string"),
     ({"max_error_rate_increase": 0.05}, "where.json: scorer_id is required when max_error_rate_increase is set"),
     ({**FULL, "speed_metric": "flops"}, "where.json: speed_metric must be one of rtf, ttfa_s, got 'flops'"),
@@ -50,10 +50,10 @@ def test_load_json_and_yaml(tmp_path):
     (tmp_path / "p.yaml").write_text("".join(f"{k}: {v}\n" for k, v in FULL.items()))
     assert Policy.load(tmp_path / "p.json") == Policy.load(tmp_path / "p.yaml") == Policy.from_mapping(FULL, "x")
     (tmp_path / "bad.yaml").write_text("max_speaker_drop: [1\n")
-    with pytest.raises(S2STError, match=r"bad.yaml: unreadable policy"):
+    with pytest.raises(S2STError, match=r"bad.yaml: cannot read policy: not valid YAML"):
         Policy.load(tmp_path / "bad.yaml")
     (tmp_path / "neg.yaml").write_text("max_speaker_drop: -1\n")
     with pytest.raises(S2STError, match=r"neg.yaml: max_speaker_drop must be >= 0"):
         Policy.load(tmp_path / "neg.yaml")
-    with pytest.raises(S2STError, match=r"missing.json: cannot read policy"):
+    with pytest.raises(S2STError, match=r"missing.json: policy not found"):
         Policy.load(tmp_path / "missing.json")

@@ -273,7 +273,7 @@ def test_missing_timestamps_make_speed_unavailable(tmp_path, espeak_cache):
     recs[1]["done_t"] = None
     (cand / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     v = assess(base, cand, Policy())
-    assert v.status == INCONCLUSIVE and v.reasons[0] == "rtf unavailable for candidate c1-r0 (timestamps missing)"
+    assert v.status == INCONCLUSIVE and v.reasons[0] == "rtf unavailable for candidate c1-r0 (timestamps missing or not finite numbers)"
 
 
 def test_corrupt_records_raise_one_line(tmp_path, espeak_cache):

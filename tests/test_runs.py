@@ -77,7 +77,7 @@ def test_write_and_read_summary_merge_levels(tmp_path):
     with pytest.raises(S2STError, match="unreadable summary"):
         runs.read_summary(tmp_path)
     (tmp_path / runs.SUMMARY).write_text("{oops")
-    with pytest.raises(S2STError, match="unreadable summary"):
+    with pytest.raises(S2STError, match="cannot read summary: not valid JSON"):
         runs.read_summary(tmp_path)
 
 
@@ -114,7 +114,7 @@ def test_request_metrics_by_hand():
 
 def test_request_metrics_prefers_own_ttfa_and_refuses_non_numbers():
     assert runs.request_metrics(rec(ttfa_s=0.1))["ttfa_s"] == 0.1  # the record's own TTFA wins
-    assert runs.request_metrics(rec(ttfa_s=True))["ttfa_s"] == 0.25  # a bool is no number: computed
+    assert runs.request_metrics(rec(ttfa_s=True))["ttfa_s"] is None  # a bool is no number: no evidence
     assert runs.request_metrics(rec(first_audio_t=True))["ttfa_s"] is None
     assert runs.request_metrics(rec(send_t="1.0")) == {"ttfa_s": None, "latency_s": None, "rtf": None}
     assert runs.request_metrics(rec(done_t=None)) == {"ttfa_s": 0.25, "latency_s": None, "rtf": None}

@@ -73,5 +73,5 @@ def test_line_separators_inside_json_strings_are_text_not_line_ends(tmp_path):
 def test_json_nested_too_deep_is_one_line(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text("[" * 100_000 + "\n", encoding="utf-8")
-    with pytest.raises(S2STError, match=r"w\.jsonl:1: not valid JSON"):
+    with pytest.raises(S2STError, match=r"w\.jsonl:1: nested too deep"):
         load_workload(path)

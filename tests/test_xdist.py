@@ -255,9 +255,9 @@ def test_merge_refuses_what_is_not_one_run_in_one_line(tmp_path, capsys, second,
 
 
 @pytest.mark.parametrize("content, fragment", [
-    ("{not json", "not JSON"), ("[1, 2]", "top level is list"), ('{"machine_info": {}}', "'commit_info' missing"),
+    ("{not json", "not valid JSON"), ("[1, 2]", "top level is list"), ('{"machine_info": {}}', "'commit_info' missing"),
     ('{"machine_info": {}, "commit_info": {}, "benchmarks": [{"name": "x"}]}', "benchmarks[0] has no fullname/stats"),
-    (b"\xff\xfe", "not JSON"),
+    (b"\xff\xfe", "not utf-8 text"), ('{"machine_info": NaN}', "NaN is not JSON"),
 ])
 def test_merge_refuses_a_file_that_is_not_a_saved_run(tmp_path, capsys, content, fragment):
     bad = tmp_path / "bad.json"
@@ -272,7 +272,7 @@ def test_merge_bounds_what_it_reads(tmp_path, monkeypatch):
 
     monkeypatch.setattr(distribute, "MAX_RUN_BYTES", 400)
     big = saved(tmp_path / "big.json", [f"t::{i}" for i in range(20)])
-    with pytest.raises(S2STError, match=r"big.json: \d+ bytes is over the 400 "):
+    with pytest.raises(S2STError, match=r"big.json: saved run is \d+ bytes, over the 400 "):
         merge_saved_runs([saved(tmp_path / "a.json", []), big])
     assert MAX_RUN_BYTES >= 64 * 2**20
 

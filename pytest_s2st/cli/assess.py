@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CODES[INCONCLUSIVE]
     print(verdict.format())
     if args.json:
-        Path(args.json).write_text(json.dumps(verdict.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        from ..inputs import dumps
+
+        Path(args.json).write_text(dumps(verdict.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return verdict.exit_code
 
 

@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
             raise S2STError(f"-o {args.output}: is one of the inputs")
         args.output.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".s2st-merge-", dir=args.output.parent)
+        from ..inputs import dumps
+
         with os.fdopen(fd, "w") as fh:
-            json.dump(merged, fh, indent=4)
+            fh.write(dumps(merged, indent=4))  # never NaN: it is not JSON
         os.replace(tmp, args.output)
     except S2STError as exc:
         print(f"s2st-merge: error: {exc}", file=sys.stderr)

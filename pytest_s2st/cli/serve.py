@@ -89,10 +89,9 @@ def _load_case(args: argparse.Namespace):
 
     if args.s2st_config is not None:
         return load_case(args.s2st_config, {}, lambda name: None)
-    try:
-        data = json.loads(args.case.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise S2STError(f"{args.case}: cannot read the case JSON: {exc}") from None
+    from ..inputs import load_json
+
+    data = load_json(args.case, "the case JSON")
     try:
         return Case.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import S2STError
+from ..inputs import closest, finite, load_json, load_yaml, show
 
 # Thresholds read from a scorer's output (ASR, speaker verifier): they need a frozen scorer_id.
 SCORED_THRESHOLDS = ("max_error_rate_increase", "max_speaker_drop")
@@ -40,7 +41,8 @@ class Policy:
         values: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
-                raise S2STError(f"{where}: unknown policy key {key!r}; known: {', '.join(sorted(known))}")
+                raise S2STError(f"{where}: unknown policy key {show(repr(key))}{closest(key, known)}; "
+                                f"known: {', '.join(sorted(known))}")
             if value is None:
                 continue
             if key == "scorer_id":
@@ -56,11 +58,12 @@ class Policy:
                     raise S2STError(f"{where}: aggregate must be one of {', '.join(AGGREGATES)}, got {value!r}")
                 values[key] = value
             else:
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise S2STError(f"{where}: {key} must be a number, got {value!r}")
-                if value < 0 or value != value:
+                number = finite(value)  # inf would be a threshold nothing crosses: a gate that cannot fail
+                if number is None:
+                    raise S2STError(f"{where}: {key} must be a finite number, got {show(repr(value))}")
+                if number < 0:
                     raise S2STError(f"{where}: {key} must be >= 0, got {value!r}")
-                values[key] = float(value)
+                values[key] = number
         policy = cls(**values)
         if policy.scorer_id is None:
             needing = [k for k in SCORED_THRESHOLDS if getattr(policy, k) is not None]
@@ -72,21 +75,8 @@ class Policy:
     def load(cls, path: str | Path) -> "Policy":
         """A policy file: JSON, or YAML (.yaml/.yml)."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise S2STError(f"{path}: cannot read policy ({exc.strerror})") from None
-        try:
-            if path.suffix.lower() in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = json.loads(text)
-        except Exception as exc:  # yaml and json raise different types; both mean "not parseable"
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise S2STError(f"{path}: unreadable policy ({first})") from None
-        return cls.from_mapping(data, str(path))
+        load = load_yaml if path.suffix.lower() in (".yaml", ".yml") else load_json
+        return cls.from_mapping(load(path, "policy"), show(str(path)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

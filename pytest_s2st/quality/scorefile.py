@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import S2STError
+from ..inputs import dumps, finite, load_json, show
 
 SIDES = ("baseline", "candidate")
 SCORE_FIELDS = ("error_rate", "speaker_similarity")
@@ -72,7 +73,7 @@ class Scores:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, path)
         return path
 
@@ -91,9 +92,9 @@ def _score(item: Any, where: str) -> Score:
         if name not in item:
             raise S2STError(f"{where} ({rid}): missing key {name!r} (use null when unavailable)")
         value = item[name]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
-            raise S2STError(f"{where} ({rid}): {name} must be a number or null, got {value!r}")
-        values[name] = None if value is None else float(value)
+        if value is not None and finite(value) is None:  # NaN/inf is missing evidence: null with a reason
+            raise S2STError(f"{where} ({show(rid)}): {name} must be a finite number or null, got {show(repr(value))}")
+        values[name] = None if value is None else finite(value)
     extra = {k: v for k, v in item.items() if k not in ("id", "pcm_sha256") + SCORE_FIELDS}
     return Score(rid, digest.lower(), values["error_rate"], values["speaker_similarity"], extra)
 
@@ -121,13 +122,4 @@ def scores_from_mapping(data: Any, where: str) -> Scores:
 
 
 def load_scores(path: str | Path) -> Scores:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise S2STError(f"{path}: cannot read scores ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise S2STError(f"{path}: not valid JSON ({exc})") from None
-    return scores_from_mapping(data, str(path))
+    return scores_from_mapping(load_json(path, "scores file"), show(str(path)))

@@ -9,10 +9,12 @@ nothing is timed.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..inputs import finite, is_regular_file, show
 from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
 from .policy import Policy
 from .scorefile import SIDES, Scores, pcm_sha256
@@ -56,25 +58,30 @@ class Verdict:
 
 
 def _f(value: Any) -> str:
+    value = finite(value)
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | None:
-    """(pcm_sha256, seconds) of the id's WAV, or None when there is no file."""
+def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | str | None:
+    """(pcm_sha256, seconds) of the id's WAV, None when there is no file, a reason when it is unreadable."""
     wav = run.wav(rid)
     if wav not in cache:
-        if not wav.is_file():
+        if not is_regular_file(wav):  # a FIFO or device named like a WAV is no WAV (and could block a read)
             cache[wav] = None
         else:
             import soundfile as sf
 
-            info = sf.info(str(wav))
-            cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
+            try:
+                info = sf.info(str(wav))
+                cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
+            except Exception as exc:  # noqa: BLE001 -- libsndfile's errors vary: a corrupt WAV is no evidence
+                cache[wav] = f"unreadable ({show(exc)})"
     return cache[wav]
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+def _mean(values: list[float]) -> float | None:
+    """The mean, or None when it is not a finite number (inputs.finite: 1e308 values overflow)."""
+    return finite(math.fsum(values) / len(values)) if all(finite(v) is not None for v in values) else None
 
 
 class _Judge:
@@ -89,8 +96,17 @@ class _Judge:
         """deltas: id -> change where larger is worse. Gate the mean or each, per policy.aggregate."""
         if not deltas:
             return
+        unusable = sorted(rid for rid, d in deltas.items() if finite(d) is None)
+        if unusable:  # a change that overflowed is no evidence: never crossed, never passed
+            if limit is not None:
+                self.missing.append(f"{name} not a finite number for {', '.join(unusable[:5])} (missing evidence)")
+            return
         worst = max(deltas, key=lambda k: deltas[k])
         mean = _mean(list(deltas.values()))
+        if mean is None:
+            if limit is not None:
+                self.missing.append(f"{name}: the mean is not a finite number (missing evidence)")
+            return
         self.metrics["quality"][name].update(change_mean=mean, worst_id=worst, worst_change=deltas[worst])
         if limit is None:
             return
@@ -162,7 +178,7 @@ def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> tu
                 facts[side] = wav
         if usable and len(facts) == 2:
             if facts["baseline"][1] > 0:
-                durations[rid] = (facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0
+                durations[rid] = finite((facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0)
             elif judge.policy.max_duration_change_pct is not None:  # no change % from 0 s: unavailable, not 0
                 judge.missing.append(f"duration change unavailable for {rid}: the baseline WAV is empty")
     return quality, durations
@@ -180,8 +196,8 @@ def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | N
         (judge.crossed if side == "candidate" else judge.missing).append(msg)
         return None, False
     wav = _wav_facts(run, rid, wav_cache)
-    if wav is None:
-        judge.missing.append(f"{side} WAV for {rid} missing ({run.wav(rid)})")
+    if wav is None or isinstance(wav, str):
+        judge.missing.append(f"{side} WAV for {rid} {wav or 'missing'} ({show(str(run.wav(rid)))})")
         return None, False
     if rec.get("pcm_sha256") and rec["pcm_sha256"] != wav[0]:
         judge.missing.append(f"{side} WAV for {rid} does not match its request record's pcm_sha256")
@@ -222,8 +238,9 @@ def _judge_quality(judge: _Judge, quality: dict, durations: dict[str, float]) ->
         deltas = {rid: sign * (v["candidate"] - v["baseline"]) + 0.0 for rid, v in pairs.items()}  # +0.0: no "-0"
         judge.gate_deltas(label, deltas, limit, "{:.3f}")
     judge.metrics["quality"]["duration change"] = {"n": len(durations),
-                                                   "signed_mean_pct": _mean(list(durations.values())) if durations else None}
-    judge.gate_deltas("duration change", {k: abs(v) for k, v in durations.items()}, policy.max_duration_change_pct,
+                                                   "signed_mean_pct": _mean(list(durations.values())) if durations else None}  # None: not finite
+    judge.gate_deltas("duration change", {k: abs(v) if v is not None else None for k, v in durations.items()},
+                      policy.max_duration_change_pct,
                       "{:.1f}", "%")
 
 
@@ -245,13 +262,14 @@ def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | Non
                 slot = levels.setdefault(level, {}).setdefault(name, {"baseline": [], "candidate": []})
                 if t[name] is None:
                     if name in needed:
-                        judge.missing.append(f"{name} unavailable for {side} {rid} (timestamps missing)")
+                        judge.missing.append(f"{name} unavailable for {side} {rid} "
+                                             "(timestamps missing or not finite numbers)")
                 else:
                     slot[side].append(t[name])
     for level, by_name in sorted(levels.items()):
         out = judge.metrics["timing"].setdefault(level, {})
         for name, sides in by_name.items():
-            b = _mean(sides["baseline"]) if sides["baseline"] else None
+            b = _mean(sides["baseline"]) if sides["baseline"] else None  # None also when not finite
             c = _mean(sides["candidate"]) if sides["candidate"] else None
             out[name] = {"baseline": b, "candidate": c, "n": [len(sides["baseline"]), len(sides["candidate"])]}
             if name not in needed:
@@ -260,7 +278,10 @@ def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | Non
                 judge.missing.append(f"{name} at {level}: no measured requests on the "
                                      f"{'baseline' if b is None or b <= 0 else 'candidate'} side")
                 continue
-            change_pct = (c - b) / b * 100.0
+            change_pct = finite((c - b) / b * 100.0)
+            if change_pct is None or finite(b / c) is None:
+                judge.missing.append(f"{name} at {level}: the change is not a finite number (missing evidence)")
+                continue
             out[name]["change_pct"] = change_pct
             if name == "ttfa_s" and policy.max_ttfa_regression_pct is not None and change_pct > policy.max_ttfa_regression_pct:
                 judge.crossed.append(f"ttfa_s regression {change_pct:.1f}% > {policy.max_ttfa_regression_pct:g}% ({level})")

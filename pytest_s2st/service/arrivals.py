@@ -22,24 +22,33 @@ METHOD = ("gamma(shape=burstiness, scale=1/(rate*burstiness)) gaps, cumulated, s
           "(as vllm bench serve's get_request); seeded numpy Generator (PCG64)")
 
 
-def _positive_or_inf(value, expected: str) -> float:
+MIN_RATE = 1 / 3600  # requests per second: one an hour; slower, a 12-request level would take half a day
+MAX_RATE = 1e6  # past it every gap is below the event loop's resolution: use inf (the closed loop)
+BURSTINESS_RANGE = (1e-3, 1e3)  # gamma shapes outside it give gaps of 0 or overflow; inf = evenly spaced
+
+
+def _positive_or_inf(value, expected: str, low: float, high: float) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"must be {expected}, got {value!r}")
     try:
         out = float(str(value).strip().lower())
     except ValueError:
         raise ValueError(f"must be {expected}, got {value!r}") from None
-    if math.isnan(out) or out <= 0:
+    if math.isnan(out) or out <= 0 or not math.isinf(out) and not low <= out <= high:
         raise ValueError(f"must be {expected}, got {value!r}")
     return out
 
 
 def parse_rate(value) -> float:
-    """--s2st-request-rate: requests per second > 0, or inf (closed loop). ValueError otherwise."""
-    return _positive_or_inf(value, "requests per second > 0 or inf")
+    """--s2st-request-rate: requests per second in [MIN_RATE, MAX_RATE], or inf (closed loop). ValueError otherwise."""
+    return _positive_or_inf(value, f"requests per second in {MIN_RATE:.3g}-{MAX_RATE:g} (one an hour to a million) "
+                                   "or inf", MIN_RATE, MAX_RATE)
 
 
 def parse_burstiness(value) -> float:
-    """--s2st-burstiness: the gamma shape, > 0 (1 = Poisson; inf = evenly spaced)."""
-    return _positive_or_inf(value, "a number > 0 (1 = Poisson arrivals)")
+    """--s2st-burstiness: the gamma shape in BURSTINESS_RANGE (1 = Poisson), or inf (evenly spaced)."""
+    low, high = BURSTINESS_RANGE
+    return _positive_or_inf(value, f"a number in {low:g}-{high:g} (1 = Poisson arrivals) or inf", low, high)
 
 
 def schedule(n: int, rate: float, burstiness: float = 1.0, seed: int = DEFAULT_SEED) -> list[float]:

@@ -81,14 +81,9 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    with open(path, "rb") as fh:
-        raw = fh.read(MAX_PART_FILE + 1)
-    if len(raw) > MAX_PART_FILE:
-        raise S2STError(f"{path}: larger than {MAX_PART_FILE} bytes")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:
-        raise S2STError(f"{path}: not JSON ({exc})") from None
+    from ..inputs import load_json
+
+    data = load_json(path, "level part mark", MAX_PART_FILE)
     if not isinstance(data, dict):
         raise S2STError(f"{path}: not a JSON object")
     return data

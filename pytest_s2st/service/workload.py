@@ -16,6 +16,7 @@ DEFAULT_WORKLOAD = Path(__file__).resolve().parent.parent / "data" / "workload-d
 _REQUIRED = ("id", "text", "language", "voice", "seed")
 _OPTIONAL = ("instruct",)
 _LINES = re.compile(r"\r\n|\r|\n")
+MAX_WORKLOAD_BYTES = 64 * 2**20  # a workload is sentences: far below this
 
 
 def _short(value: object) -> str:
@@ -53,10 +54,9 @@ def _check_item(item: object, where: str, seen: set[str]) -> dict:
 def load_workload(path: str | Path | None = None) -> list[dict]:
     """Validated workload items in file order; S2STError names file:line and the field at fault."""
     path = Path(path) if path is not None else DEFAULT_WORKLOAD
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise S2STError(f"{path}: cannot read workload ({exc})") from None
+    from ..inputs import read_text, show
+
+    text = read_text(path, "workload", MAX_WORKLOAD_BYTES, encoding="utf-8-sig")
     items: list[dict] = []
     seen: set[str] = set()
     # not splitlines(): it also cuts at U+2028, \x85, ... which JSON strings may hold as they are
@@ -64,10 +64,9 @@ def load_workload(path: str | Path | None = None) -> list[dict]:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-            raise S2STError(f"{where}: not valid JSON ({exc})") from None
+        from ..inputs import parse_json
+
+        item = parse_json(line, where)  # NaN/Infinity and too-deep nesting refused, one line
         items.append(_check_item(item, where, seen))
     if not items:
         raise S2STError(f"{path}: workload has no items")
