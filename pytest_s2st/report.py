@@ -200,7 +200,9 @@ def _run_means(metrics: Mapping[str, Any]) -> list[float] | None:
     rounds = _rounds(metrics, "runtime_s")
     if not rounds or entry.get("value") is None:
         return None
-    if not isinstance(rounds, (list, tuple)) or any(finite(v) is None for v in rounds):
+    from .significance import usable
+
+    if usable(rounds) is None:
         return list(rounds) if isinstance(rounds, (list, tuple)) else [rounds]  # compare_runs: not finite
     return [entry["value"]]
 

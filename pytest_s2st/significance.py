@@ -66,22 +66,36 @@ class Change:
         return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word}"
 
 
+def usable(values: object) -> list[float] | None:
+    """A list of finite numbers whose sum does not overflow, as floats; else None (missing evidence: 1e308 is
+    finite, but a mean of several overflows)."""
+    from .inputs import finite
+
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        return None
+    out = [finite(v) for v in values]
+    if None in out or (out and finite(max(abs(v) for v in out) * len(out)) is None):
+        return None
+    return out  # type: ignore[return-value]
+
+
+def _count(values: object) -> int:
+    return len(values) if isinstance(values, (list, tuple, np.ndarray)) else 0
+
+
 def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
     from .inputs import finite
 
-    if not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
-        return Change(None, word=NOT_FINITE)
-    olds, news = [finite(v) for v in old], [finite(v) for v in new]
-    rounds = (len(olds), len(news))
-    if None in olds or None in news:
+    olds, news = usable(old), usable(new)
+    rounds = (_count(old), _count(new))
+    if olds is None or news is None:
         return Change(None, word=NOT_FINITE, rounds=rounds)
     o = np.asarray(olds, dtype=np.float64)
     n = np.asarray(news, dtype=np.float64)
     if o.size == 0 or n.size == 0 or not o.mean() > 0:
         return Change(None, rounds=rounds)
-    # 1e308 rounds are finite, but a resample of several overflows: no mean of them is evidence
-    if finite(float(np.abs(o).max()) * o.size) is None or finite(float(np.abs(n).max()) * n.size) is None:
-        return Change(None, word=NOT_FINITE, rounds=rounds)
     ratio = finite(float(n.mean() / o.mean()))
     if ratio is None:
         return Change(None, word=NOT_FINITE, rounds=rounds)
@@ -113,19 +127,14 @@ def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs."""
     from .inputs import finite
 
-    if not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
-        return Change(None, word=NOT_FINITE)
-    olds, news = [finite(v) for v in old], [finite(v) for v in new]
-    runs = (len(olds), len(news))
-    if None in olds or None in news:
+    olds, news = usable(old), usable(new)
+    runs = (_count(old), _count(new))
+    if olds is None or news is None:
         return Change(None, word=NOT_FINITE, runs=runs)
     o = np.asarray(olds, dtype=np.float64)
     n = np.asarray(news, dtype=np.float64)
     if o.size == 0 or n.size == 0 or (o <= 0).any() or (n <= 0).any():
         return Change(None, runs=runs)
-    # 1e308 means are finite, but their sum overflows: no mean of them is evidence
-    if finite(float(o.max()) * o.size) is None or finite(float(n.max()) * n.size) is None:
-        return Change(None, word=NOT_FINITE, runs=runs)
     ratio = finite(float(n.mean() / o.mean()))
     if ratio is None:
         return Change(None, word=NOT_FINITE, runs=runs)
