@@ -49,7 +49,8 @@ def test_streaming_candidate_passes_and_a_seam_corrupting_one_fails(pytester):
     (root / "wl.jsonl").write_text("".join(json.dumps(item) + "\n" for item in (
         {"id": "en1", "text": "Turn left at the next corner and stop.", "language": "en", "voice": "Vivian", "seed": 1},
         {"id": "en2", "text": "Please open the window before dinner.", "language": "en", "voice": "Ryan", "seed": 2})))
-    general = "  model_type: Qwen3TTS\n  workload: wl.jsonl\n  concurrency: [1]\n  warmup: 1\n  threads: 1\n"
+    general = ("  model_type: Qwen3TTS\n  workload: wl.jsonl\n  concurrency: [1]\n  warmup: 1\n  threads: 1\n"
+               "  request_timeout: 900\n")  # a loaded 2-core VM took 46 s for one tiny baseline request
     stage = f"stage1:\n  path: {tiny_qwen3tts_dir()}\n  max_new_tokens: 40\n"
     # frozen before measuring: first audio at least 40 % sooner (4 of ~40 frames: ~10x sooner by
     # construction), the same audio (>= 20 dB; with context measured 44-46 dB, without 1.5 dB), same length
