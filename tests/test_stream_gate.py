@@ -32,7 +32,11 @@ def vllm_omni_continuity(tmp_path: Path):
         source.write_bytes(wheel.read(CONTINUITY))
     spec = importlib.util.spec_from_file_location("vllm_omni_audio_continuity", source)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module  # its dataclass resolves string annotations through sys.modules
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
     return module.compute_continuity_stats
 
 
