@@ -34,6 +34,9 @@ $(STAMP): pyproject.toml
 	# lib/*.so as "extension unavailable" -- so the libs are removed, and only when they fail to load.
 	case ",$(EXTRAS)," in *,qwen,*) $(PY) -c "import torchaudio" 2>/dev/null || rm -f "$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("torchaudio").origin).parent / "lib")')"/*.so;; esac
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	# vLLM-Omni's continuity function is a test oracle (tests/test_stream_gate.py): its pure-Python wheel,
+	# without dependencies, kept beside the venv; the test loads that one file from it by path
+	$(PY) -m pip download -q --no-deps vllm-omni==0.30.0 -d $(VENV)/wheels
 	touch $(STAMP)
 
 # Debian packages some tests use as a real system under test (espeak-ng speech, sox; valgrind with its

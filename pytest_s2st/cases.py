@@ -46,7 +46,7 @@ class Case:
         return {
             "path": str(c.path), "case_id": c.case_id, "model_type": c.model_type,
             "general": _jsonable(c.general), "stages": _jsonable(c.stages), "quality": _jsonable(c.quality),
-            "lines": dict(c.lines), "settings": settings_to_json(self.settings),
+            "serve": _jsonable(c.serve), "lines": dict(c.lines), "settings": settings_to_json(self.settings),
         }
 
     @classmethod
@@ -56,6 +56,7 @@ class Case:
             path=Path(d["path"]), case_id=d["case_id"], model_type=d["model_type"], general=dict(d["general"]),
             stages=[dict(s) for s in d["stages"]], quality=None if d.get("quality") is None else dict(d["quality"]),
             lines={str(k): int(v) for k, v in d["lines"].items()},
+            serve=None if d.get("serve") is None else dict(d["serve"]),
         )
         return cls(config, settings_from_json(d["settings"]))
 

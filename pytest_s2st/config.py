@@ -23,7 +23,7 @@ import yaml
 from .errors import S2STError
 from .pipelines.base import path_keys
 
-SECTIONS = ("general", "stage1", "stage2", "stage3", "quality")
+SECTIONS = ("general", "stage1", "stage2", "stage3", "quality", "serve")
 STAGE_SECTIONS = ("stage1", "stage2", "stage3")
 
 # Keys whose string values are file system paths, resolved against the YAML's folder, for every
@@ -53,6 +53,7 @@ class CaseConfig:
     stages: list[dict[str, Any]]
     quality: dict[str, Any] | None
     lines: dict[str, int]  # "general.dataset_size" -> line in the YAML
+    serve: dict[str, Any] | None = None  # the reference server's options (service/stream.py checks them)
 
     def where(self, key: str) -> str:
         """'path/x.yaml:7 (general.dataset_size)', or without ':7' when the line is unknown."""
@@ -304,6 +305,11 @@ def load_config(
         from .gate import gate_policy
 
         gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
+    serve = data.get("serve")
+    if serve is not None:
+        from .service.stream import parse_serve
+
+        parse_serve(serve, _at(path, lines, "serve"))  # checked at load: s2st-serve reads it
     return CaseConfig(
         path=path,
         case_id=f"{model_type}-{case_name}",
@@ -312,4 +318,5 @@ def load_config(
         stages=stages,
         quality=_resolve_quality(data.get("quality"), path.parent),
         lines=lines,
+        serve=None if serve is None else dict(serve),
     )

@@ -37,7 +37,7 @@ def test_round_trip_is_exact(tmp_path, monkeypatch):
     assert back.config.where("general.concurrency") == case.config.where("general.concurrency")
     d = case.to_dict()
     assert d["settings"]["concurrency"] == [1, 4] and d["path"] == str(path)  # JSON types, not tuples / Paths
-    assert set(d) == {"path", "case_id", "model_type", "general", "stages", "quality", "lines", "settings"}
+    assert set(d) == {"path", "case_id", "model_type", "general", "stages", "quality", "serve", "lines", "settings"}
 
 
 def test_round_trip_needs_no_yaml(tmp_path):

@@ -383,7 +383,29 @@ def test_stage_namespace_resolves_no_paths(tmp_path):
 
 def test_unknown_top_level_key(tmp_path):
     p = write(tmp_path, "general: {model_type: S2T}\nstage4: {}\n")
-    assert error_of(p) == f"{p}:2: unknown top-level key 'stage4'; allowed: general, stage1, stage2, stage3, quality"
+    assert error_of(p) == (f"{p}:2: unknown top-level key 'stage4'; allowed: general, stage1, stage2, stage3, quality, "
+                           "serve")
+
+
+@pytest.mark.parametrize("serve, expected", [
+    ("{stream: yes please}", "(serve.stream): must be true or false, got 'yes please'"),
+    ("{stream: true, chunk_frames: 0}", "(serve.chunk_frames): must be an integer in 1-100000, got 0"),
+    ("{stream: true, left_context_frames: -1}", "(serve.left_context_frames): must be an integer in 0-100000, got -1"),
+    ("{stream: true, chunk: 4}", "(serve.chunk): unknown key; known: stream, chunk_frames, left_context_frames"),
+])
+def test_bad_serve_section_is_one_line_naming_the_line(tmp_path, serve, expected):
+    p = write(tmp_path, f"general: {{model_type: S2T}}\nstage1: {{}}\nserve: {serve}\n")
+    assert error_of(p) == f"{p}:3 {expected}"
+
+
+def test_serve_section_reaches_the_config_and_zero_context_is_a_value(tmp_path):
+    from pytest_s2st.service.stream import StreamOptions, parse_serve
+
+    p = write(tmp_path, "general: {model_type: S2T}\nstage1: {}\nserve: {stream: true, left_context_frames: 0}\n")
+    cfg = load_config(p, known_model_types=KNOWN)
+    assert cfg.serve == {"stream": True, "left_context_frames": 0}
+    assert parse_serve(cfg.serve, "x") == StreamOptions(chunk_frames=12, left_context_frames=0)
+    assert parse_serve({"stream": False, "chunk_frames": 4}, "x") is None
 
 
 @pytest.mark.parametrize("text, expected", [

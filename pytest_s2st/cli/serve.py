@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu | cuda | npu | auto (default: the case's device setting)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: the case's threads setting)")
     p.add_argument("--demo-delay-s", type=float, default=0.0, help="--demo-tone: seconds of simulated model time")
+    p.add_argument("--stream", action="store_true",
+                   help="decode in chunks and send each as soon as it is decoded (also: serve.stream: true)")
+    p.add_argument("--stream-chunk-frames", type=int, help="codec frames per streamed chunk (default: serve.chunk_frames, 12)")
+    p.add_argument("--stream-left-context", type=int,
+                   help="frames of left context decoded before each chunk (default: serve.left_context_frames, 25)")
     return p
 
 
@@ -106,14 +111,18 @@ def _config_identity(path: Path) -> dict[str, Any]:
     return {"path": str(path), "sha256": digest}
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
-    """(synthesizer, identity part, close callable)."""
-    from ..service.server import demo_tone_synthesizer, pipeline_synthesizer
+def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
+    """(synthesizer, identity part, close callable, (stream synthesizer, its options) or None)."""
+    from ..service.server import demo_tone_synthesizer, pipeline_stream_synthesizer, pipeline_synthesizer
+    from ..service.stream import no_stream_reason
+    from ..service.stream import options as stream_options
 
     if args.demo_tone:
+        if args.stream:
+            raise S2STError("--stream: the demo tone is one whole waveform; stream a Qwen3TTS case")
         synth = demo_tone_synthesizer(delay_s=args.demo_delay_s)
         return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
-                       "demo_delay_s": args.demo_delay_s}, lambda: None
+                       "demo_delay_s": args.demo_delay_s}, lambda: None, None
 
     from ..cases import settings_to_json
     from ..measure.device import resolve_device
@@ -126,9 +135,21 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
         why = ("general.serves_speech is false" if not declares_serves_speech(cfg.model_type) else
                f"model_type {cfg.model_type} takes speech features or gives text")
         raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a TTS, Qwen3TTS or callable case")
+    streaming = stream_options(args.stream, args.stream_chunk_frames, args.stream_left_context, cfg.serve,
+                               str(cfg.path))
+    if streaming is not None and cfg.model_type != "Qwen3TTS":  # refused before any model loads
+        why = ("fairseq's TTS vocoders run once on the whole spectrogram the decoder returns; no chunked decoder "
+               "is wired" if cfg.model_type in ("TTS", "FastSpeech2") else f"model_type {cfg.model_type} has no chunked decoder")
+        raise S2STError(f"{cfg.path}: --stream / serve.stream: {why}")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")
     pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path)
     threads = args.threads or case.settings.get("threads")
+    stream = None
+    if streaming is not None:
+        if no_stream_reason(pipeline):
+            pipeline.close()
+            raise S2STError(f"{cfg.path}: --stream: {no_stream_reason(pipeline)}")
+        stream = (pipeline_stream_synthesizer(pipeline, streaming), streaming.to_dict())
     return pipeline_synthesizer(pipeline), {
         "case_id": case.case_id,
         "model_type": cfg.model_type,
@@ -137,7 +158,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any]:
         "assets": pipeline.assets(),
         "device": device.describe(),
         "threads": _threads(int(threads) if threads else None),
-    }, pipeline.close
+    }, pipeline.close, stream
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             raise S2STError("--queue-size and --chunk-samples must be >= 1")
         if args.served_model_name and not all(name.strip() for name in args.served_model_name):
             raise S2STError(f"--served-model-name {args.served_model_name!r}: names must not be empty")
-        synth, model_identity, close = _build(args)
+        synth, model_identity, close, stream = _build(args)
         identity = {"code": code_identity(), **model_identity}
         try:
             run_server(synth, args.host, args.port, identity=identity, identity_path=args.identity_output,
                        queue_size=args.queue_size, chunk_samples=args.chunk_samples,
-                       served_model_names=args.served_model_name)
+                       served_model_names=args.served_model_name,
+                       stream=stream[0] if stream else None, stream_options=stream[1] if stream else None)
         finally:
             close()
     except S2STError as exc:

@@ -18,7 +18,17 @@ Stage keys (stage1; ``path`` is resolved against the YAML's folder):
     dtype           float32 | bfloat16 | float16 (default float32)
     seed            default seed for samples without "seed" (default 0)
 Samples are service workload items {"id", "text", "language"?, "voice"?, "seed"?, "instruct"?}.
-The package does not stream (the waveform is decoded after generation): ``streaming = False``.
+
+The package does not stream (the waveform is decoded after generation). ``stream(sample, emit, ...)``
+does, without changing what is generated: the same ``generate_custom_voice`` call runs, a forward hook
+on the talker receives each codec frame as the talker makes it (the 16 codes its forward step returns),
+and every ``chunk_frames`` frames are decoded at once by the 12 Hz tokenizer's decoder with
+``left_context_frames`` frames of left context, exactly as the tokenizer's own ``chunked_decode`` does
+(which the non-streamed path runs with chunk 300, context 25). At the end, the package's final decode
+is answered from the chunks already decoded (the codes it passes are checked equal to the streamed
+frames) and only the remaining frames are decoded. With chunk 300 / context 25 the streamed audio is
+bit-equal to the non-streamed one; with smaller chunks it differs at the seams (tests/test_qwen_stream.py
+states the bound).
 """
 from __future__ import annotations
 
@@ -91,6 +101,73 @@ class Qwen3TTSStage:
         return output
 
 
+class _ChunkDecoder:
+    """Codec frames in, as the talker makes them; each complete chunk decoded with left context and emitted."""
+
+    def __init__(self, tokenizer: Any, chunk_frames: int, left_context_frames: int, emit: Any, eos_id: int):
+        self.decoder = tokenizer.model.decoder
+        self.device = tokenizer.device
+        self.sample_rate = int(tokenizer.model.get_output_sample_rate())
+        self.upsample = int(self.decoder.total_upsample)
+        self.chunk, self.left, self.emit, self.eos_id = chunk_frames, left_context_frames, emit, eos_id
+        self.frames: list[Any] = []
+        self.pieces: list[np.ndarray] = []
+        self.sent = 0  # frames decoded and emitted
+        self.stopped = False
+
+    def add(self, codec_ids: Any) -> None:
+        """One talker step's output frame (batch 1, 16 codes); None at the prefill step."""
+        if codec_ids is None or self.stopped:
+            return
+        frame = codec_ids[0]
+        if int(frame[0]) == self.eos_id:  # the package trims the codes at the first EOS too
+            self.stopped = True
+            return
+        self.frames.append(frame)
+        while len(self.frames) - self.sent >= self.chunk:
+            self._decode(self.sent + self.chunk)
+
+    def _decode(self, end: int) -> None:
+        import torch
+
+        context = min(self.left, self.sent)  # chunked_decode's rule: all there is, up to left_context_size
+        codes = torch.stack(self.frames[self.sent - context:end], dim=-1).unsqueeze(0).to(self.device)
+        wav = self.decoder(codes.clamp(min=0))[..., context * self.upsample:]
+        piece = wav.reshape(-1).to(torch.float32).cpu().numpy()
+        self.pieces.append(piece)
+        self.sent = end
+        self.emit(piece, self.sample_rate)
+
+    def finish(self, codes: Any) -> np.ndarray:
+        """The package's final codes (T, 16): they must be the frames streamed so far; decode the rest."""
+        import torch
+
+        total = int(codes.shape[0])
+        streamed = torch.stack(self.frames[:total]) if self.frames else codes[:0]
+        if self.sent > total or streamed.shape != codes.shape or not torch.equal(streamed.cpu(), codes.cpu()):
+            raise RuntimeError(f"streamed codec frames ({len(self.frames)}, {self.sent} decoded) differ from the "
+                               f"{total} frames the package generated")
+        self.frames = self.frames[:total]
+        if self.sent < total:
+            self._decode(total)
+        return np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.float32)
+
+
+class _StreamedTokenizer:
+    """Stands in for the speech tokenizer during one streamed call: its decode returns what was streamed."""
+
+    def __init__(self, real: Any, chunks: _ChunkDecoder):
+        self._real, self._chunks = real, chunks
+
+    def decode(self, encoded: Any) -> tuple[list[np.ndarray], int]:
+        if not isinstance(encoded, list) or len(encoded) != 1:
+            raise RuntimeError("streaming decodes one request at a time")
+        return [self._chunks.finish(encoded[0]["audio_codes"])], self._chunks.sample_rate
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 class Qwen3TTSPipeline:
     model_type = "Qwen3TTS"
     streaming = False  # the package returns whole waveforms; the server chunks after generation
@@ -140,6 +217,21 @@ class Qwen3TTSPipeline:
         if instruct:
             out["instruct"] = str(instruct)
         return out
+
+    def stream(self, x: Mapping[str, Any], emit: Any, chunk_frames: int, left_context_frames: int) -> dict[str, Any]:
+        """Generate as forward() does (same call, same seed, same codes), emitting each decoded chunk as
+        ``emit(float32 waveform piece, sample_rate)`` as soon as it exists; returns forward()'s output."""
+        inner = self.model.model
+        real = inner.speech_tokenizer
+        chunks = _ChunkDecoder(real, chunk_frames, left_context_frames, emit,
+                               int(inner.config.talker_config.codec_eos_token_id))
+        handle = inner.talker.register_forward_hook(lambda module, args, out: chunks.add(out.hidden_states[1]))
+        inner.speech_tokenizer = _StreamedTokenizer(real, chunks)
+        try:
+            return self.stages[0].forward(x)
+        finally:
+            inner.speech_tokenizer = real
+            handle.remove()
 
     def assets(self) -> dict[str, str]:
         return {str(self.model_dir / rel): digest for rel, digest in self._hashes.items()}

@@ -17,7 +17,10 @@ from ..inputs import closest, finite, load_json, load_yaml, show
 # Thresholds read from a scorer's output (ASR, speaker verifier): they need a frozen scorer_id.
 SCORED_THRESHOLDS = ("max_error_rate_increase", "max_speaker_drop")
 # Thresholds recomputed from the run dirs themselves (WAV lengths, request timings).
-RUN_THRESHOLDS = ("max_duration_change_pct", "max_ttfa_regression_pct", "min_improvement_pct")
+RUN_THRESHOLDS = ("max_duration_change_pct", "max_ttfa_regression_pct", "min_improvement_pct", "min_snr_db")
+# Keys added after policies were first saved: left out of to_dict (and the fingerprint) while unset,
+# so every policy saved before them keeps its fingerprint.
+LATER_KEYS = ("min_snr_db",)
 SPEED_METRICS = ("rtf", "ttfa_s")
 AGGREGATES = ("mean", "each")
 
@@ -32,6 +35,9 @@ class Policy:
     max_ttfa_regression_pct: float | None = None  # mean TTFA increase, every concurrency
     speed_metric: str = "rtf"  # what speedup and min_improvement_pct are measured on
     aggregate: str = "mean"  # per-utterance quality deltas: gate their mean, or "each" utterance
+    # same request, same seed -> the same audio: SNR (dB) of the candidate's PCM against the baseline's
+    # of the same id; for candidates that change how audio is delivered (streaming), not what is generated
+    min_snr_db: float | None = None
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> "Policy":
@@ -79,7 +85,7 @@ class Policy:
         return cls.from_mapping(load(path, "policy"), show(str(path)))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if not (k in LATER_KEYS and v is None)}
 
     def fingerprint(self) -> str:
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

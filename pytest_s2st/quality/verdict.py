@@ -42,6 +42,10 @@ class Verdict:
         lines += [f"  - {r}" for r in self.reasons]
         q = self.metrics.get("quality", {})
         for name, m in q.items():
+            if "mean_db" in m:
+                lines.append(f"  {name}: mean {_f(m.get('mean_db'))} dB (worst {m.get('worst_id')} "
+                             f"{_f(m.get('worst_db'))} dB)")
+                continue
             if "signed_mean_pct" in m:
                 lines.append(f"  {name}: mean |change| {_f(m.get('change_mean'))}%, signed {_f(m.get('signed_mean_pct'))}% "
                              f"(worst {m.get('worst_id')} {_f(m.get('worst_change'))}%)")
@@ -132,8 +136,9 @@ def assess(baseline_dir: str | Path, candidate_dir: str | Path, policy: Policy |
         policy = Policy.from_mapping(saved, f"{base.path}/{SUMMARY}: policy")
     judge = _Judge(policy)
     _judge_bindings(judge, base, cand, scores)
-    quality, durations = _judge_ids(judge, base, cand, scores)
+    quality, durations, snrs = _judge_ids(judge, base, cand, scores)
     _judge_quality(judge, quality, durations)
+    _judge_snr(judge, snrs)
     speedup = _judge_timing(judge, base, cand)
     if judge.missing:
         return Verdict(INCONCLUSIVE, judge.missing, judge.metrics)
@@ -160,13 +165,16 @@ def _judge_bindings(judge: _Judge, base: Run, cand: Run, scores: Scores | None) 
     judge.metrics["scorer_id"] = scores.scorer_id if scores is not None else None
 
 
-def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> tuple[dict, dict[str, float]]:
-    """Every id either side recorded -> (quality: metric -> id -> side -> value, duration change % by id)."""
+def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None
+               ) -> tuple[dict, dict[str, float], dict[str, float | None]]:
+    """Every id either side recorded -> (quality: metric -> id -> side -> value, duration change % by id,
+    PCM SNR of candidate vs baseline by id when the policy gates it)."""
     sides = {"baseline": base, "candidate": cand}
     ids = sorted(set(base.records) | set(cand.records))
     judge.metrics["ids"] = len(ids)
     wav_cache: dict = {}
     durations: dict[str, float] = {}
+    snrs: dict[str, float | None] = {}
     quality: dict[str, dict[str, dict[str, float]]] = {"error_rate": {}, "speaker_similarity": {}}
     for rid in ids:
         usable = True
@@ -181,7 +189,9 @@ def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None) -> tu
                 durations[rid] = finite((facts["candidate"][1] - facts["baseline"][1]) / facts["baseline"][1] * 100.0)
             elif judge.policy.max_duration_change_pct is not None:  # no change % from 0 s: unavailable, not 0
                 judge.missing.append(f"duration change unavailable for {rid}: the baseline WAV is empty")
-    return quality, durations
+            if judge.policy.min_snr_db is not None:
+                snrs[rid] = pcm_snr_db(base.wav(rid), cand.wav(rid))
+    return quality, durations, snrs
 
 
 def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | None, wav_cache: dict,
@@ -242,6 +252,57 @@ def _judge_quality(judge: _Judge, quality: dict, durations: dict[str, float]) ->
     judge.gate_deltas("duration change", {k: abs(v) if v is not None else None for k, v in durations.items()},
                       policy.max_duration_change_pct,
                       "{:.1f}", "%")
+
+
+SNR_CAP_DB = 200.0  # bit-equal PCM: no error energy; reported as this cap, not as infinity
+
+
+def snr_db(baseline: Any, candidate: Any) -> float | None:
+    """10 log10(sum b^2 / sum (c - b)^2) over int16 samples, the shorter one zero-padded (missing or extra
+    samples count as error); SNR_CAP_DB when equal; None when the baseline is silent (undefined)."""
+    import numpy as np
+
+    b = np.asarray(baseline, dtype=np.float64).reshape(-1)
+    c = np.asarray(candidate, dtype=np.float64).reshape(-1)
+    n = max(len(b), len(c))
+    b, c = np.pad(b, (0, n - len(b))), np.pad(c, (0, n - len(c)))
+    signal, noise = float(np.dot(b, b)), float(np.dot(c - b, c - b))
+    if signal == 0.0:
+        return None
+    if noise == 0.0:
+        return SNR_CAP_DB
+    return min(SNR_CAP_DB, 10.0 * math.log10(signal / noise))
+
+
+def pcm_snr_db(baseline_wav: Path, candidate_wav: Path) -> float | None:
+    import soundfile as sf
+
+    b, _ = sf.read(str(baseline_wav), dtype="int16", always_2d=False)
+    c, _ = sf.read(str(candidate_wav), dtype="int16", always_2d=False)
+    return snr_db(b, c)
+
+
+def _judge_snr(judge: _Judge, snrs: dict[str, float | None]) -> None:
+    limit = judge.policy.min_snr_db
+    if limit is None:
+        return
+    for rid, value in sorted(snrs.items()):
+        if value is None:
+            judge.missing.append(f"pcm snr unavailable for {rid}: the baseline WAV is silent")
+    values = {rid: v for rid, v in snrs.items() if v is not None}
+    entry: dict[str, Any] = {"n": len(values), "mean_db": _mean(list(values.values())) if values else None}
+    judge.metrics["quality"]["pcm snr vs baseline"] = entry
+    if not values:
+        return
+    worst = min(values, key=lambda k: values[k])
+    entry.update(worst_id=worst, worst_db=values[worst])
+    if judge.policy.aggregate == "each":
+        for rid, v in sorted(values.items()):
+            if v < limit:
+                judge.crossed.append(f"pcm snr vs baseline {v:.1f} dB < {limit:g} dB ({rid})")
+    elif entry["mean_db"] < limit:
+        judge.crossed.append(f"pcm snr vs baseline {entry['mean_db']:.1f} dB < {limit:g} dB "
+                             f"(mean of {len(values)}; worst {worst} {values[worst]:.1f} dB)")
 
 
 def _judge_timing(judge: _Judge, base: Run, cand: Run) -> dict[str, float] | None:

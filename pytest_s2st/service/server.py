@@ -6,7 +6,10 @@ load-generating client, so server, client and fault-injecting test servers share
 Shape (the qwen3-tts-npu reference service): ONE model worker thread runs ``synthesize``; requests
 wait in a bounded asyncio queue (full -> 503 {"error": "busy"}); the whole waveform is generated,
 then sent as int16 PCM SSE chunks, so TTFA includes queueing and the full generation (the final
-``done`` event says ``"streaming": false``).
+``done`` event says ``"streaming": false``). With a streaming synthesizer (``s2st-serve --stream``,
+service/stream.py) the model thread hands each decoded chunk to the event loop as soon as it exists
+and the handler sends it at once, in every protocol but OpenAI's wav (a file needs its length first);
+the done event then says ``"streaming": true``.
 
 Endpoints: GET /health, GET /identity, POST /v1/audio/speech, GET /v1/models, GET /v1/audio/voices.
 
@@ -54,8 +57,15 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 RETRY_AFTER_S = 1  # the Retry-After of a 503 busy: a queue place frees when one request finishes
 log = logging.getLogger(__name__)
 NON_STREAMING_NOTE = "reference pipeline is non-streaming: the whole waveform is generated, then sent in chunks"
+STREAMING_NOTE = "each chunk is sent as soon as the model has decoded it"
 
 Synthesizer = Callable[[dict], tuple[np.ndarray, int]]
+# (request, emit(waveform chunk, sample_rate)) -> None: calls emit for each decoded chunk, in order
+StreamSynthesizer = Callable[[dict, Callable[[np.ndarray, int], None]], None]
+
+
+class ClientGone(Exception):
+    """Raised inside the model thread by emit() once the request's client went away: stops the work."""
 
 # request field -> (accepted types, required); "model" is a client label, accepted and ignored
 _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -74,6 +84,7 @@ _STATE = web.AppKey("state", dict)  # served / failed / busy counters, readable 
 class _Job:
     request: dict
     future: asyncio.Future = field(repr=False)
+    chunks: asyncio.Queue | None = field(default=None, repr=False)  # streaming: ("audio", pcm, rate) | ("end",) | ("error", exc)
 
 
 def validate_request(body: Any) -> dict:
@@ -128,8 +139,8 @@ class _SpeechApp:
     """The handlers of one app; ONE model worker, a bounded queue in front of it."""
 
     def __init__(self, synthesize: Synthesizer, identity: dict, queue_size: int, chunk_samples: int,
-                 served_model_names: list[str] | None = None):
-        self.synthesize, self.identity = synthesize, identity
+                 served_model_names: list[str] | None = None, stream: StreamSynthesizer | None = None):
+        self.synthesize, self.identity, self.stream = synthesize, identity, stream
         self.queue_size, self.chunk_samples = queue_size, chunk_samples
         self.state = {"ready": False, "served": 0, "failed": 0, "busy": 0}
         # the model ids GET /v1/models lists and a request's "model" may name (vLLM's --served-model-name)
@@ -145,11 +156,33 @@ class _SpeechApp:
         # on the model thread: the int16 conversion of a long waveform stays off the event loop
         return to_pcm16(*self.synthesize(request))
 
+    def generate_chunks(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        """On the model thread: each decoded chunk goes to the request's queue as int16 PCM at once."""
+        def emit(wave: Any, sample_rate: int) -> None:
+            if job.future.cancelled():
+                raise ClientGone()
+            if np.asarray(wave).size == 0:
+                return
+            pcm, rate = to_pcm16(wave, sample_rate)  # per sample: chunk by chunk == the whole at once
+            loop.call_soon_threadsafe(job.chunks.put_nowait, ("audio", pcm, rate))
+
+        self.stream(job.request, emit)
+
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             job: _Job = await self.queue.get()
             if job.future.cancelled():  # client went away while queued: skip the work
+                continue
+            if job.chunks is not None:
+                try:  # items the model thread queued with call_soon_threadsafe run before this resumes
+                    await loop.run_in_executor(self.executor, self.generate_chunks, job, loop)
+                except ClientGone:
+                    continue
+                except Exception as exc:
+                    job.chunks.put_nowait(("error", exc))
+                else:
+                    job.chunks.put_nowait(("end",))
                 continue
             try:
                 result = await loop.run_in_executor(self.executor, self.generate, job.request)
@@ -205,10 +238,9 @@ class _SpeechApp:
                 log.warning("s2st-serve: request field %r (%s) accepted and ignored, as vLLM-Omni ignores what it "
                             "does not use; logged once", name[:80], known)
 
-    async def _synthesize(self, request: web.Request, body: Any, openai: bool,
-                          shape: dict) -> tuple[bytes, int] | web.Response:
-        """Validate, queue, wait for the model: the PCM, or the error response to send. An OpenAI
-        request's answer shape (response_format, stream_format) goes into ``shape``."""
+    async def _queue_job(self, request: web.Request, body: Any, openai: bool, shape: dict) -> _Job | web.Response:
+        """Validate and queue: the job, or the error response to send. An OpenAI request's answer shape
+        (response_format, stream_format) goes into ``shape``."""
         try:
             if openai:
                 fields, shape["format"], shape["stream_format"] = oa.validate_openai_request(body, MAX_TEXT_CHARS)
@@ -223,13 +255,22 @@ class _SpeechApp:
             self._note_ignored(body)
         fields.pop("model", None)
         fields["id"] = request.headers.get("X-Request-Id", "request")
-        job = _Job(fields, asyncio.get_running_loop().create_future())
+        job = _Job(fields, asyncio.get_running_loop().create_future(),
+                   asyncio.Queue() if self.stream is not None else None)
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
             self.state["busy"] += 1
             return self._error(openai, 503, "busy", code="server_busy" if openai else None,
                                headers={"Retry-After": str(RETRY_AFTER_S)})
+        return job
+
+    async def _synthesize(self, request: web.Request, body: Any, openai: bool,
+                          shape: dict) -> tuple[bytes, int] | web.Response:
+        """Validate, queue, wait for the model: the PCM, or the error response to send."""
+        job = await self._queue_job(request, body, openai, shape)
+        if isinstance(job, web.Response):
+            return job
         try:
             return await job.future
         except asyncio.CancelledError:
@@ -251,6 +292,8 @@ class _SpeechApp:
         except RecursionError:
             return self._error(True, 400, "body: JSON nested too deeply")
         openai, shape = oa.is_openai_request(body), {}
+        if self.stream is not None:
+            return await self._speech_streaming(request, body, openai, shape)
         outcome = await self._synthesize(request, body, openai, shape)
         if isinstance(outcome, web.Response):
             return outcome
@@ -267,6 +310,88 @@ class _SpeechApp:
             self.state["failed"] += 1
             try:
                 await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
+                await response.write_eof()
+            except ConnectionError:
+                pass
+            return response
+        self.state["served"] += 1
+        return response
+
+    @staticmethod
+    async def _next_chunk(job: _Job) -> tuple[bytes, int] | None:
+        """The next decoded chunk; None at the end; the model's exception when it failed."""
+        item = await job.chunks.get()
+        if item[0] == "audio":
+            return item[1], item[2]
+        if item[0] == "end":
+            return None
+        raise item[1]
+
+    async def _speech_streaming(self, request: web.Request, body: Any, openai: bool,
+                                shape: dict) -> web.StreamResponse:
+        """Headers go out with the first decoded chunk (an error before it is a plain 500); every chunk
+        is written as soon as the model thread hands it over."""
+        job = await self._queue_job(request, body, openai, shape)
+        if isinstance(job, web.Response):
+            return job
+        try:
+            first = await self._next_chunk(job)
+            if first is None:
+                raise ValueError("synthesizer returned an empty waveform")
+            pieces = [first[0]]
+            if openai and shape["format"] == "wav":  # a WAV file names its length first: whole, then sent
+                while (chunk := await self._next_chunk(job)) is not None:
+                    pieces.append(chunk[0])
+        except asyncio.CancelledError:
+            job.future.cancel()
+            raise
+        except Exception as exc:
+            self.state["failed"] += 1
+            return self._error(openai, 500, f"synthesis failed: {type(exc).__name__}: {exc}")
+        rate = first[1]
+        if openai and shape["format"] == "wav":
+            return await self._openai_answer(request, b"".join(pieces), rate, **shape)
+        sse = not openai or shape["stream_format"] == "sse"
+        ctype = "text/event-stream" if sse else f"audio/pcm;rate={rate}"
+        response = web.StreamResponse(headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        if openai:
+            response.enable_chunked_encoding()
+        digest, samples, index, chunk = hashlib.sha256(), 0, 0, first
+        try:
+            await response.prepare(request)
+            while chunk is not None:
+                pcm = chunk[0]
+                if chunk[1] != rate:
+                    raise ValueError(f"synthesizer changed its sample rate mid-stream ({rate} -> {chunk[1]})")
+                digest.update(pcm)
+                samples += len(pcm) // 2
+                if not openai:
+                    await response.write(sse_event({"type": "audio", "index": index, "sample_rate": rate,
+                                                    "pcm": base64.b64encode(pcm).decode("ascii")}))
+                else:
+                    await response.write(oa.delta_event(pcm, rate) if sse else pcm)
+                index += 1
+                chunk = await self._next_chunk(job)
+            if not openai:
+                await response.write(sse_event({
+                    "type": "done", "audio_seconds": samples / rate, "samples": samples, "sample_rate": rate,
+                    "streaming": True, "note": STREAMING_NOTE, "pcm_sha256": digest.hexdigest(),
+                    "chunks": index}))
+            elif sse:
+                await response.write(oa.done_event(samples))
+            await response.write_eof()
+        except ConnectionError:
+            job.future.cancel()  # the model thread stops at its next chunk
+            return response
+        except asyncio.CancelledError:
+            job.future.cancel()
+            raise
+        except Exception as exc:  # headers already sent: report in-band where the protocol can
+            self.state["failed"] += 1
+            job.future.cancel()
+            try:
+                if sse:
+                    await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
                 await response.write_eof()
             except ConnectionError:
                 pass
@@ -352,8 +477,10 @@ def make_app(
     queue_size: int = 8,
     chunk_samples: int = 4800,
     served_model_names: list[str] | None = None,
+    stream: StreamSynthesizer | None = None,
 ) -> web.Application:
     """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy.
+    With ``stream`` the app streams: each chunk it emits is sent at once (``synthesize`` is unused).
     ``served_model_names``: the model ids a request may name (default: the identity's case id)."""
     if queue_size < 1:
         raise S2STError(f"queue_size={queue_size}: must be >= 1")
@@ -361,7 +488,7 @@ def make_app(
         raise S2STError(f"chunk_samples={chunk_samples}: must be >= 1")
     if served_model_names is not None and not all(isinstance(n, str) and n for n in served_model_names):
         raise S2STError(f"served_model_names={served_model_names!r}: must be non-empty strings")
-    handlers = _SpeechApp(synthesize, identity, queue_size, chunk_samples, served_model_names)
+    handlers = _SpeechApp(synthesize, identity, queue_size, chunk_samples, served_model_names, stream)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[openai_errors])
     app[_STATE] = handlers.state
     app.on_startup.append(handlers.on_startup)
@@ -421,14 +548,17 @@ def run_server(
     queue_size: int = 8,
     chunk_samples: int = 4800,
     served_model_names: list[str] | None = None,
+    stream: StreamSynthesizer | None = None,
+    stream_options: dict | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM. The identity file (with the bound port) is written once listening."""
+    """Serve until SIGINT/SIGTERM. The identity file (with the bound port) is written once listening.
+    ``stream``: a streaming synthesizer (``stream_options``, its chunking, goes into the identity)."""
     host = check_loopback(host)
     identity = dict(identity or {})
 
     async def main() -> None:
         app = make_app(synthesize, identity=identity, queue_size=queue_size, chunk_samples=chunk_samples,
-                       served_model_names=served_model_names)
+                       served_model_names=served_model_names, stream=stream)
         runner, bound = await serve_app(app, host, port)
         shown = f"[{host}]" if ":" in host else host
         identity.update(
@@ -439,7 +569,8 @@ def run_server(
                 "pid": os.getpid(),
                 "queue_size": queue_size,
                 "chunk_samples": chunk_samples,
-                "streaming": False,
+                "streaming": stream is not None,
+                "stream": dict(stream_options or {}) if stream is not None else None,
                 "protocols": list(oa.PROTOCOLS),
                 **({"served_model_names": list(served_model_names)} if served_model_names else {}),
             }
@@ -484,6 +615,25 @@ def pipeline_synthesizer(pipeline: Any) -> Synthesizer:
         return np.asarray(output["waveform"], dtype=np.float32), int(output["sample_rate"])
 
     return synthesize
+
+
+def pipeline_stream_synthesizer(pipeline: Any, options: Any) -> StreamSynthesizer:
+    """Wrap a pipeline that streams (``stream(prepared sample, emit, chunk_frames, left_context_frames)``;
+    ``options``: service.stream.StreamOptions)."""
+    from .stream import no_stream_reason
+
+    why = no_stream_reason(pipeline)
+    if why:
+        raise S2STError(f"--stream: {why}")
+
+    def stream(request: dict, emit: Callable[[np.ndarray, int], None]) -> None:
+        sample = {key: request.get(key) for key in ("text", "language", "voice", "seed")}
+        sample["id"] = request.get("id", "request")
+        if request.get("instruct") is not None:
+            sample["instruct"] = request["instruct"]
+        pipeline.stream(pipeline.prepare_sample(sample), emit, options.chunk_frames, options.left_context_frames)
+
+    return stream
 
 
 def demo_tone_synthesizer(

@@ -86,50 +86,61 @@ def _train_text_tokenizer(out: Path) -> dict[str, int]:
     return {s: tok.token_to_id(s) for s in SPECIALS} | {"vocab": tok.get_vocab_size()}
 
 
-def _main_config(ids: dict[str, int]) -> Any:
+TALKER = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=16, max_position_embeddings=4096, text_hidden_size=32,
+    rope_scaling={"interleaved": True, "mrope_section": [4, 2, 2], "rope_type": "default"},
+)
+CODE_PREDICTOR = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+    head_dim=16, max_position_embeddings=4096,
+)
+
+
+def main_config(ids: dict[str, int], talker_sizes: dict[str, Any] | None = None,
+                predictor_sizes: dict[str, Any] | None = None, text_vocab_size: int | None = None,
+                tts_model_size: str = "1b7") -> Any:
+    """The CustomVoice config at the given sizes (default: the tiny ones), with the released codec-id
+    layout; ``text_vocab_size`` defaults to the trained tokenizer's vocabulary."""
     from qwen_tts.core.models import Qwen3TTSConfig
 
     languages = {name: 2050 + i for i, name in enumerate(LANGUAGES)}
     speakers = {name: 2301 + i for i, name in enumerate(SPEAKERS)}
     talker = dict(
-        vocab_size=CODEBOOK + 1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-        rope_scaling={"interleaved": True, "mrope_section": [4, 2, 2], "rope_type": "default"},
-        num_code_groups=NUM_CODE_GROUPS, text_hidden_size=32, text_vocab_size=ids["vocab"],
+        vocab_size=CODEBOOK + 1024, **(talker_sizes or TALKER),
+        num_code_groups=NUM_CODE_GROUPS, text_vocab_size=text_vocab_size or ids["vocab"],
         spk_id=speakers, spk_is_dialect={s: DIALECTS.get(s, False) for s in SPEAKERS},
         codec_language_id=languages, **CODEC_IDS,
-        code_predictor_config=dict(
-            vocab_size=CODEBOOK, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=4096,
-            num_code_groups=NUM_CODE_GROUPS,
-        ),
+        code_predictor_config=dict(vocab_size=CODEBOOK, **(predictor_sizes or CODE_PREDICTOR),
+                                   num_code_groups=NUM_CODE_GROUPS),
     )
     return Qwen3TTSConfig(
         talker_config=talker, speaker_encoder_config={"enc_dim": 64}, tokenizer_type="qwen3_tts_tokenizer_12hz",
-        tts_model_size="1b7", tts_model_type="custom_voice",
+        tts_model_size=tts_model_size, tts_model_type="custom_voice",
         im_start_token_id=ids["<|im_start|>"], im_end_token_id=ids["<|im_end|>"],
         tts_pad_token_id=ids["<|tts_pad|>"], tts_bos_token_id=ids["<|tts_text_bos|>"],
         tts_eos_token_id=ids["<|tts_text_eod|>"],
     )
 
 
-def _codec_config() -> Any:
+def codec_config(encoder: dict[str, Any] | None = None, decoder: dict[str, Any] | None = None) -> Any:
     from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
 
-    encoder = dict(  # Mimi: 24 kHz / (8*6*5*4) / 2 = 12.5 Hz
+    encoder_sizes = dict(  # Mimi: 24 kHz / (8*6*5*4) / 2 = 12.5 Hz
         hidden_size=32, num_filters=8, upsampling_ratios=[8, 6, 5, 4], codebook_size=CODEBOOK, codebook_dim=16,
         num_quantizers=NUM_CODE_GROUPS, vector_quantization_hidden_dimension=16, num_hidden_layers=1,
         intermediate_size=64, num_attention_heads=2, num_key_value_heads=2, head_dim=16, upsample_groups=32,
         frame_rate=12.5,
     )
-    decoder = dict(  # 1920 samples per frame: 8*5*4*3 * 2*2
+    decoder_sizes = dict(  # 1920 samples per frame: 8*5*4*3 * 2*2
         codebook_size=CODEBOOK, codebook_dim=16, hidden_size=32, latent_dim=32, num_attention_heads=2,
         num_key_value_heads=2, head_dim=16, intermediate_size=64, num_hidden_layers=1,
         num_quantizers=NUM_CODE_GROUPS, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2], decoder_dim=64,
         sliding_window=72,
     )
     return Qwen3TTSTokenizerV2Config(
-        encoder_config=encoder, decoder_config=decoder, encoder_valid_num_quantizers=NUM_CODE_GROUPS,
+        encoder_config=encoder_sizes if encoder is None else encoder,
+        decoder_config=decoder_sizes if decoder is None else decoder, encoder_valid_num_quantizers=NUM_CODE_GROUPS,
         input_sample_rate=SAMPLE_RATE, output_sample_rate=SAMPLE_RATE,
         decode_upsample_rate=1920, encode_downsample_rate=1920,
     )
@@ -161,7 +172,7 @@ def _reinit(model: Any, gen: Any, fan_in_scaled: bool = False) -> None:
         for _, p in sorted(model.named_parameters()):
             if p.dim() >= 2:
                 std = 1.0 / math.sqrt(math.prod(p.shape[1:])) if fan_in_scaled else 0.02
-                p.copy_(std * torch.randn(p.shape, generator=gen))
+                p.copy_(torch.randn(p.shape, generator=gen).mul_(std))
 
 
 def _strip_empty_model_type(config_path: Path) -> None:
@@ -174,6 +185,13 @@ def _strip_empty_model_type(config_path: Path) -> None:
 
 def build_tiny_qwen3tts(out_dir: Path, seed: int = SEED) -> Path:
     """Write the tiny model into out_dir (created; must be empty or absent); return out_dir."""
+    return write_model(out_dir, seed, lambda ids: main_config(ids), codec_config())
+
+
+def write_model(out_dir: Path, seed: int, make_config: Any, codec_cfg: Any, talker_dtype: str | None = None) -> Path:
+    """Tokenizer, random talker (``make_config(special ids)``), random codec, generation config and
+    model-assets.json into out_dir (created; must be empty or absent). ``talker_dtype`` ("bfloat16")
+    stores the talker in that dtype, as released checkpoints do; the codec stays float32."""
     import torch
     from transformers import EncodecFeatureExtractor
 
@@ -189,9 +207,16 @@ def build_tiny_qwen3tts(out_dir: Path, seed: int = SEED) -> Path:
 
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = Qwen3TTSForConditionalGeneration(_main_config(ids)).eval()
-    _reinit(model, gen)
+    default_dtype = torch.get_default_dtype()
+    if talker_dtype is not None:  # built in that dtype: no float32 copy of a GB-sized model in memory
+        torch.set_default_dtype(getattr(torch, talker_dtype))
+    try:
+        model = Qwen3TTSForConditionalGeneration(make_config(ids)).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
+    _reinit(model, gen)  # drawn in float32 and rounded into the parameter's dtype
     model.save_pretrained(out, safe_serialization=True)
+    del model
     _strip_empty_model_type(out / "config.json")
     # sampling defaults read by Qwen3TTSModel (the released generation_config.json's keys)
     generate = {"do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
@@ -200,7 +225,7 @@ def build_tiny_qwen3tts(out_dir: Path, seed: int = SEED) -> Path:
     (out / "generation_config.json").write_text(json.dumps(generate, indent=2, sort_keys=True) + "\n")
 
     codec_dir = out / "speech_tokenizer"
-    codec = Qwen3TTSTokenizerV2Model(_codec_config()).eval()
+    codec = Qwen3TTSTokenizerV2Model(codec_cfg).eval()
     _reinit(codec, gen, fan_in_scaled=True)
     _randomise_codec(codec, gen)
     with torch.no_grad():  # the output conv at a low gain: a waveform well inside [-1, 1], not clipped

@@ -1,0 +1,33 @@
+"""The full-size Qwen3-TTS build's configuration against the released checkpoint: counted on the meta
+device (no weights, no memory), so CI stays fast."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("qwen_tts")
+
+from pytest_s2st.tiny import qwen_full  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def counts():
+    return qwen_full.param_counts()
+
+
+def test_talker_parameter_count_is_the_released_checkpoints(counts):
+    # released model.safetensors: 1.81 GB of bfloat16 -> 905 M values; 5 % is the issue's tolerance
+    assert abs(counts["talker"] / qwen_full.RELEASED["talker"] - 1) < 0.05, counts
+
+
+def test_speech_tokenizer_count_is_the_released_checkpoints(counts):
+    assert abs(counts["speech_tokenizer_stored"] / qwen_full.RELEASED["speech_tokenizer_stored"] - 1) < 0.05, counts
+
+
+def test_text_embedding_is_151936_by_2048(counts):
+    # the count the notes measured by hand: 151936 x 2048 = 311,164,928
+    assert counts["text_embedding"] == 151936 * 2048
+
+
+def test_counts_add_up(counts):
+    assert counts["total"] == counts["talker"] + counts["speech_tokenizer_stored"]
+    assert counts["speech_tokenizer"] < counts["speech_tokenizer_stored"]  # Mimi's codebooks are buffers
