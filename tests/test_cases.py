@@ -26,7 +26,7 @@ def test_round_trip_is_exact(tmp_path, monkeypatch):
         opts: {nested: [1, 2]}
         """)
     with path.open("a") as f:
-        f.write("quality:\n  baseline: base.yaml\n  max_speaker_drop: 0.1\n")
+        f.write("quality:\n  baseline: base.yaml\n  max_speaker_drop: 0.1\n  scorer_id: resemblyzer-0.1.4\n")
     explicit = {"threads": 3, "compare_fail": compare_limits("flops:1%,runtime_s:0.123456789"), "repeat": 2}
     case = load_case(path, explicit, no_ini)
     back = round_trip(case)

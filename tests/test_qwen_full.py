@@ -31,3 +31,17 @@ def test_text_embedding_is_151936_by_2048(counts):
 def test_counts_add_up(counts):
     assert counts["total"] == counts["talker"] + counts["speech_tokenizer_stored"]
     assert counts["speech_tokenizer"] < counts["speech_tokenizer_stored"]  # Mimi's codebooks are buffers
+
+
+def test_repo_config_loads_with_its_serve_section(tmp_path, monkeypatch):
+    """configs/full/qwen3tts.yaml resolves its ${QWEN3TTS_FULL_DIR} path and its serve section at load."""
+    from pathlib import Path
+
+    from pytest_s2st.cases import known_model_types
+    from pytest_s2st.config import load_config
+
+    monkeypatch.setenv("QWEN3TTS_FULL_DIR", str(tmp_path))
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "full" / "qwen3tts.yaml",
+                         known_model_types=known_model_types())
+    assert config.model_type == "Qwen3TTS"
+    assert str(tmp_path) in str(config.stages[0])
