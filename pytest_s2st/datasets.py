@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import copyreg
 import io
+import itertools
 import math
 import os
 import pickle
@@ -622,6 +623,23 @@ def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
     except RecursionError:  # json.loads on deeply nested brackets
         raise S2STError(f"{_show(path)}: JSON nested too deeply") from None
     return items[:size] if size else items
+
+
+def inputs_from(inputs: Any, where: str) -> list:
+    """The inputs of ``s2st_benchmark(fn, inputs)``, one model call each: a list or tuple as given, an array or
+    tensor row by row along its first axis, or any other iterable (a generator) consumed once, bounded by
+    LIMITS.samples."""
+    if isinstance(inputs, (str, bytes, dict)) or not hasattr(inputs, "__iter__"):
+        raise S2STError(f"{where}: inputs must be a list, an array (one input per row) or an iterable of "
+                        f"inputs, got {type(inputs).__name__}")
+    if getattr(inputs, "ndim", None) == 0:
+        raise S2STError(f"{where}: inputs is a 0-d array; pass a list of inputs or an array with one input per row")
+    out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
+    if len(out) > LIMITS.samples:
+        raise _over(where, "inputs", f"more than {LIMITS.samples}", "samples")
+    if not out:
+        raise S2STError(f"{where}: no inputs (an empty {type(inputs).__name__})")
+    return out
 
 
 def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:
