@@ -308,9 +308,10 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     array (one input per row), any iterable of inputs, or ``s2st_dataset`` (dataset_size already applied).
     No config is needed for your own callable: the row is named after the test.
     """
-    from .benchmark_compat import fixture_timer, pedantic_until, timer_name
+    from .benchmark_compat import fixture_timer, pedantic_until, save_case_ids, timer_name
     from .runner import Measurement, measure_pipeline
 
+    save_case_ids(benchmark)
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 

@@ -98,8 +98,10 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
     With a quality policy (config ``quality:`` / ``@pytest.mark.s2st_gate``) the run is the candidate,
     judged against its baseline after the load (scoring never runs inside the timed region).
     """
+    from .benchmark_compat import save_case_ids
     from .service.bench import judge_level, paired_order, run_level, run_paired
 
+    save_case_ids(benchmark)
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
     settings = case.settings if case else {name: state.option(name) for name in
