@@ -32,7 +32,20 @@ MARKERS = {
 }
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+SERVICE_PLUGIN = ("s2st_service", "pytest_s2st.plugin_service")
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # one plugin: this module brings the service fixtures along, so `-p no:s2st` disables both (they were a second
+    # pytest11 entry point, which `-p no:s2st` left registered); `-p no:s2st_service` still drops the service part.
+    # An install from before that change still has the second entry point: it then finds the name taken and skips.
+    name, module = SERVICE_PLUGIN
+    if pluginmanager.get_plugin(name) is None and not pluginmanager.is_blocked(name):
+        import importlib
+
+        service = importlib.import_module(module)
+        if not pluginmanager.is_registered(service):
+            pluginmanager.register(service, name)
     group = parser.getgroup("s2st", "speech-model benchmarks (pytest-s2st)")
     group.addoption("--s2st-config", action="append", dest="s2st_config", default=None, metavar="YAML",
                     help="benchmark config (general + stage1..3, as fairseq's get_metrics.py); repeat for more "

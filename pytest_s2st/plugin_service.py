@@ -3,7 +3,8 @@
     def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
         s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
 
-Registered as its own pytest11 entry point; shares the session object (session.py) with plugin.py.
+Registered by plugin.py as the plugin `s2st_service` (so `-p no:s2st` removes it too); shares the session
+object (session.py) with plugin.py.
 """
 from __future__ import annotations
 
