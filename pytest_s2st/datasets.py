@@ -59,6 +59,12 @@ LIMITS = Limits()
 _LINES = re.compile(r"\r\n|\r|\n")
 
 
+# what a structural npy error adds: the format expected, the command that makes one, and the way around a file
+NPY_SCHEMA = ("expected the upstream npy format, a list of {'id': str|int, 'net_input': {'src_tokens': array "
+              "(frames, features), 'src_lengths': [frames]}} (make one: s2st-dataset random --n 8 --feat-dim 80 --out "
+              "data.npy); a model of your own takes plain inputs with no file: s2st_benchmark(my_model, inputs)")
+
+
 def _over(where: Any, what: str, value: Any, field: str) -> S2STError:
     return S2STError(f"{where}: {what} ({value}) exceeds LIMITS.{field} = {getattr(LIMITS, field)}")
 
@@ -391,7 +397,7 @@ def _read_npy(path: Path) -> np.ndarray:
         if count > LIMITS.samples:
             raise _over(path, "objects in the npy header's shape", count, "samples")
         if not dtype.hasobject:  # plain numbers: not samples, and no need to read them
-            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}")
+            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}; {NPY_SCHEMA}")
         _scan_pickle(f, end, path)
         array = _unpickle(f, path)
     if not isinstance(array, np.ndarray) or array.shape != shape:
@@ -418,13 +424,14 @@ def _as_sample_list(data: Any, path: Path) -> list:
             return list(data)
         else:
             raise S2STError(
-                f"{path}: expected a list of samples, got a {_show(data.dtype, 200)} array of shape {data.shape}"
+                f"{path}: expected a list of samples, got a {_show(data.dtype, 200)} array of shape {data.shape}; "
+                f"{NPY_SCHEMA}"
             )
     if isinstance(data, (list, tuple)):
         if len(data) > LIMITS.samples:
             raise _over(path, "samples", len(data), "samples")
         return list(data)
-    raise S2STError(f"{path}: expected a list of samples, got {type(data).__name__}")
+    raise S2STError(f"{path}: expected a list of samples, got {type(data).__name__}; {NPY_SCHEMA}")
 
 
 def _id_problem(sample_id: Any) -> str | None:
@@ -472,7 +479,7 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
     checked = []
     for i, s in enumerate(samples):
         if not isinstance(s, dict):
-            raise S2STError(f"{path}: sample {i} is a {type(s).__name__}, not a dict")
+            raise S2STError(f"{path}: sample {i} is a {type(s).__name__}, not a dict; {NPY_SCHEMA}")
         if "id" not in s:
             s = {"id": i, **s}
         problem = _id_problem(s["id"])
@@ -481,7 +488,7 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
         net_input = s.get("net_input")
         if not isinstance(net_input, dict):
             what = "no net_input" if net_input is None else f"a net_input that is a {type(net_input).__name__}"
-            raise S2STError(f"{path}: sample {i} has {what}")
+            raise S2STError(f"{path}: sample {i} has {what}; {NPY_SCHEMA}")
         for key in ("src_tokens", "src_lengths"):
             if key not in net_input:
                 raise S2STError(f"{path}: sample {i} has no net_input.{key}")
