@@ -104,3 +104,11 @@ def test_readme_runs_as_written_and_its_outputs_are_real(tmp_path):
         assert not missing, (f"README output example {i} drifted from a real run: these lines were not printed:\n"
                              + "\n".join(missing) + f"\n--- the run printed:\n{printed[source][-5000:]}")
     assert "DEBUG:" not in out + done.stderr and "INFO:fairseq" not in out + done.stderr
+
+
+def test_no_machine_specific_paths_in_what_ships():
+    listed = subprocess.run(["git", "ls-files", "README.md", "docs", "configs", "pytest_s2st", "benchmarks"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    found = [f"{rel}: {m.group(0)}" for rel in listed if (ROOT / rel).suffix in (".md", ".py", ".yaml", ".jsonl")
+             for m in re.finditer(r"(?<![\w.])/(work|home|root|Users)/[\w./-]+", (ROOT / rel).read_text())]
+    assert found == []
