@@ -64,7 +64,7 @@ selfbench: install sysdeps
 # the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): skipped by `make bench`
 # and `make selfbench` (benchmarks/test_compare_power.py runs only under S2ST_POWER=1)
 bench-power: install
-	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -s $(BENCH_ARGS)
+	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -m selfbench -s $(BENCH_ARGS)
 
 # full-size random-weight models (the released architectures' sizes), built once into $$S2ST_CACHE_DIR: per-model
 # numbers at 1 and 2 threads, each measuring pass's cost on the S2T at three sizes, memory truth; the JSON of
