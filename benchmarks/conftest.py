@@ -7,7 +7,7 @@ TimingTargetMissed warning (listed in pytest's warnings summary) and the run gat
 (FLOPs, instruction counts, tensor bytes, equality with upstream). Nothing here imports torch.
 
 Two kinds of benchmark live here: the MODELS' (test_inference.py, test_service.py: what `make bench` runs)
-and the tool's own self-benchmarks (SELFBENCH_MODULES: compare power, load-generator overhead, the session
+and the tool's own self-benchmarks (SELFBENCH_MODULES: compare power, load-generator overhead, memory and transport, the session
 vs upstream, measurement cost, import time), marked `selfbench` and deselected unless `-m` names a marker
 expression (`make selfbench` runs `-m selfbench`; CI runs both).
 """
@@ -24,6 +24,7 @@ MODES = ("enforce", "report")
 
 SELFBENCH_MODULES = {
     "test_compare_power", "test_loadgen_overhead", "test_measurement_cost", "test_plugin_import", "test_vs_upstream",
+    "test_client_memory", "test_transport",  # the load generator's memory and its HTTP client vs aiohttp's
 }
 
 
