@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make test   creates .venv when missing, installs, runs the whole test suite
-#   make bench  same set-up, then runs benchmarks/ on the embedded default (tiny real models)
+#   make bench  same set-up, then benchmarks the models of the embedded default (tiny real models)
+#   make selfbench  the tool's own benchmarks (load-generator overhead, vs upstream, measurement cost, ...)
 # Opt-in, never in `make test`/`make bench`/CI:
 #   make bench-full  builds the full-size fairseq models into the cache once (~1 GB), then measures them
 PYTHON ?= python3
@@ -15,8 +16,9 @@ STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 TEST_WORKERS ?= auto
 BENCH_ARGS ?=
+SELFBENCH_ARGS ?=
 
-.PHONY: test bench bench-power bench-full install sysdeps clean
+.PHONY: test bench selfbench bench-power bench-full install sysdeps clean
 
 install: $(STAMP)
 
@@ -53,12 +55,19 @@ test: install sysdeps
 	$(PY) -m pytest tests -m serial $(PYTEST_ARGS) || rc=$$?; \
 	exit $$rc
 
+# the models: every embedded-default case's inference rows and its service levels, one line per test as it
+# finishes (-v); the self-benchmarks are deselected there (benchmarks/conftest.py)
 bench: install
-	$(PY) -m pytest benchmarks $(BENCH_ARGS)
+	$(PY) -m pytest benchmarks -v $(BENCH_ARGS)
+
+# the self-benchmarks (marked selfbench in benchmarks/conftest.py): tens of minutes on 2 cores
+selfbench: install sysdeps
+	$(PY) -m pytest benchmarks -v -m selfbench $(SELFBENCH_ARGS)
 
 # the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): skipped by `make bench`
+# and `make selfbench` (benchmarks/test_compare_power.py runs only under S2ST_POWER=1)
 bench-power: install
-	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -s $(BENCH_ARGS)
+	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -m selfbench -s $(BENCH_ARGS)
 
 # full-size random-weight models (the released architectures' sizes), built once into $$S2ST_CACHE_DIR: per-model
 # numbers at 1 and 2 threads, each measuring pass's cost on the S2T at three sizes, memory truth; the JSON of

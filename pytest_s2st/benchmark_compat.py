@@ -32,6 +32,14 @@ def fixture_timer(benchmark: Any) -> Callable[[], float]:
     return timer
 
 
+def save_case_ids(benchmark: Any) -> None:
+    """The saved ``params`` (BenchmarkFixture.params, pytest's callspec.params) name the case by its id: the Case
+    object itself would be saved as a long ``UNSERIALIZABLE[...]`` string by pytest-benchmark's JSON encoder."""
+    params = getattr(benchmark, "params", None)
+    if isinstance(params, dict):
+        benchmark.params = {k: getattr(v, "case_id", v) for k, v in params.items()}
+
+
 def timer_name(timer: Callable[[], float]) -> str:
     return f"{getattr(timer, '__module__', '')}.{getattr(timer, '__name__', repr(timer))}".lstrip(".")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import copyreg
 import io
+import itertools
 import math
 import os
 import pickle
@@ -56,6 +57,12 @@ LIMITS = Limits()
 
 # universal newlines, as fairseq's text-mode reads see them (not str.splitlines: U+2028 etc.)
 _LINES = re.compile(r"\r\n|\r|\n")
+
+
+# what a structural npy error adds: the format expected, the command that makes one, and the way around a file
+NPY_SCHEMA = ("expected the upstream npy format, a list of {'id': str|int, 'net_input': {'src_tokens': array "
+              "(frames, features), 'src_lengths': [frames]}} (make one: s2st-dataset random --n 8 --feat-dim 80 --out "
+              "data.npy); a model of your own takes plain inputs with no file: s2st_benchmark(my_model, inputs)")
 
 
 def _over(where: Any, what: str, value: Any, field: str) -> S2STError:
@@ -390,7 +397,7 @@ def _read_npy(path: Path) -> np.ndarray:
         if count > LIMITS.samples:
             raise _over(path, "objects in the npy header's shape", count, "samples")
         if not dtype.hasobject:  # plain numbers: not samples, and no need to read them
-            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}")
+            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}; {NPY_SCHEMA}")
         _scan_pickle(f, end, path)
         array = _unpickle(f, path)
     if not isinstance(array, np.ndarray) or array.shape != shape:
@@ -417,13 +424,14 @@ def _as_sample_list(data: Any, path: Path) -> list:
             return list(data)
         else:
             raise S2STError(
-                f"{path}: expected a list of samples, got a {_show(data.dtype, 200)} array of shape {data.shape}"
+                f"{path}: expected a list of samples, got a {_show(data.dtype, 200)} array of shape {data.shape}; "
+                f"{NPY_SCHEMA}"
             )
     if isinstance(data, (list, tuple)):
         if len(data) > LIMITS.samples:
             raise _over(path, "samples", len(data), "samples")
         return list(data)
-    raise S2STError(f"{path}: expected a list of samples, got {type(data).__name__}")
+    raise S2STError(f"{path}: expected a list of samples, got {type(data).__name__}; {NPY_SCHEMA}")
 
 
 def _id_problem(sample_id: Any) -> str | None:
@@ -471,7 +479,7 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
     checked = []
     for i, s in enumerate(samples):
         if not isinstance(s, dict):
-            raise S2STError(f"{path}: sample {i} is a {type(s).__name__}, not a dict")
+            raise S2STError(f"{path}: sample {i} is a {type(s).__name__}, not a dict; {NPY_SCHEMA}")
         if "id" not in s:
             s = {"id": i, **s}
         problem = _id_problem(s["id"])
@@ -480,7 +488,7 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
         net_input = s.get("net_input")
         if not isinstance(net_input, dict):
             what = "no net_input" if net_input is None else f"a net_input that is a {type(net_input).__name__}"
-            raise S2STError(f"{path}: sample {i} has {what}")
+            raise S2STError(f"{path}: sample {i} has {what}; {NPY_SCHEMA}")
         for key in ("src_tokens", "src_lengths"):
             if key not in net_input:
                 raise S2STError(f"{path}: sample {i} has no net_input.{key}")
@@ -622,6 +630,23 @@ def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
     except RecursionError:  # json.loads on deeply nested brackets
         raise S2STError(f"{_show(path)}: JSON nested too deeply") from None
     return items[:size] if size else items
+
+
+def inputs_from(inputs: Any, where: str) -> list:
+    """The inputs of ``s2st_benchmark(fn, inputs)``, one model call each: a list or tuple as given, an array or
+    tensor row by row along its first axis, or any other iterable (a generator) consumed once, bounded by
+    LIMITS.samples."""
+    if isinstance(inputs, (str, bytes, dict)) or not hasattr(inputs, "__iter__"):
+        raise S2STError(f"{where}: inputs must be a list, an array (one input per row) or an iterable of "
+                        f"inputs, got {type(inputs).__name__}")
+    if getattr(inputs, "ndim", None) == 0:
+        raise S2STError(f"{where}: inputs is a 0-d array; pass a list of inputs or an array with one input per row")
+    out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
+    if len(out) > LIMITS.samples:
+        raise _over(where, "inputs", f"more than {LIMITS.samples}", "samples")
+    if not out:
+        raise S2STError(f"{where}: no inputs (an empty {type(inputs).__name__})")
+    return out
 
 
 def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:

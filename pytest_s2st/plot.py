@@ -22,7 +22,7 @@ def plot_service(results: Iterable[tuple[Any, dict]], out_dir: str | Path) -> li
         matplotlib.use("Agg")  # files only, no display
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise S2STError(f"--s2st-plot needs matplotlib (pip install 'pytest-s2st[plot]'): {exc}") from None
+        raise S2STError(f"--s2st-plot needs matplotlib (install the plot extra: pip install -e '.[plot]' in the pytest-s2st clone): {exc}") from None
     by_case: dict[str, list[dict]] = defaultdict(list)
     for _, data in results:
         by_case[data["case"]].append(data)

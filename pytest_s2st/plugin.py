@@ -32,7 +32,20 @@ MARKERS = {
 }
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+SERVICE_PLUGIN = ("s2st_service", "pytest_s2st.plugin_service")
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    # one plugin: this module brings the service fixtures along, so `-p no:s2st` disables both (they were a second
+    # pytest11 entry point, which `-p no:s2st` left registered); `-p no:s2st_service` still drops the service part.
+    # An install from before that change still has the second entry point: it then finds the name taken and skips.
+    name, module = SERVICE_PLUGIN
+    if pluginmanager.get_plugin(name) is None and not pluginmanager.is_blocked(name):
+        import importlib
+
+        service = importlib.import_module(module)
+        if not pluginmanager.is_registered(service):
+            pluginmanager.register(service, name)
     group = parser.getgroup("s2st", "speech-model benchmarks (pytest-s2st)")
     group.addoption("--s2st-config", action="append", dest="s2st_config", default=None, metavar="YAML",
                     help="benchmark config (general + stage1..3, as fairseq's get_metrics.py); repeat for more "
@@ -150,6 +163,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         cases = [external] if external is not None else state.load_cases()
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if external is None:
+        _warn_embedded_default(metafunc, state, cases)
     if marker:
         wanted = {str(a) for a in marker.args}
         cases = [c for c in cases if c.model_type in wanted or c.case_id in wanted]
@@ -167,6 +182,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize(["s2st_case", "s2st_concurrency"], pairs, ids=[f"{c.case_id}-c{level}" for c, level in pairs],
                          indirect=["s2st_case"], scope="session")
     _level_parts(metafunc, state, pairs)
+
+
+class S2STDefaultCasesWarning(UserWarning):
+    """A test of the user's own project runs on the embedded demo cases because no config was given."""
+
+
+OWN_BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"  # this repository's: the default is theirs
+
+
+def _warn_embedded_default(metafunc: pytest.Metafunc, state: S2STSession, cases: list[Any]) -> None:
+    """No --s2st-config (nor ini s2st_config): a test outside this repository's benchmarks/ would silently
+    benchmark the embedded demo cases; say so once per test function, in pytest's warnings summary."""
+    if state.config.getoption("s2st_config") or state.ini("s2st_config"):
+        return
+    path = Path(str(metafunc.definition.path)).resolve()
+    if path.is_relative_to(OWN_BENCHMARKS):
+        return
+    metafunc.definition.warn(S2STDefaultCasesWarning(
+        f"{metafunc.definition.name} runs on the {len(cases)} embedded demo case(s) "
+        f"({', '.join(c.case_id for c in cases)}), not on your model: no --s2st-config (nor ini s2st_config) "
+        f"was given. Pass --s2st-config YOUR.yaml, or benchmark your own callable without a config: "
+        f"s2st_benchmark(my_model, inputs)"))
 
 
 def _check_level_parts(state: S2STSession, pairs: list[tuple[Any, int]]) -> None:
@@ -278,19 +315,32 @@ def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
 
 @pytest.fixture
 def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
-    """Call as ``s2st_benchmark(pipeline, dataset)``: measures runtime, memory and FLOPs of every stage.
+    """Call as ``s2st_benchmark(model, inputs)``: measures runtime, memory and FLOPs of every stage.
 
-    The dataset is measured as given: s2st_dataset has already applied dataset_size.
+    ``model``: your own callable (one input in, one output out) or ``s2st_pipeline``; ``inputs``: a list, an
+    array (one input per row), any iterable of inputs, or ``s2st_dataset`` (dataset_size already applied).
+    No config is needed for your own callable: the row is named after the test.
     """
-    from .benchmark_compat import fixture_timer, pedantic_until, timer_name
+    from .benchmark_compat import fixture_timer, pedantic_until, save_case_ids, timer_name
     from .runner import Measurement, measure_pipeline
 
+    save_case_ids(benchmark)
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
     def run(pipeline, dataset) -> Measurement:
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
+        from .datasets import inputs_from
+        from .pipelines.callable import from_function, is_pipeline
+
+        where = f"{request.node.nodeid}: s2st_benchmark(model, inputs)"
+        try:
+            if not is_pipeline(pipeline):
+                pipeline = from_function(pipeline, where)
+            dataset = inputs_from(dataset, where)
+        except S2STError as exc:
+            fail(exc)
         settings, run_settings = _run_settings(request, case)
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
@@ -310,7 +360,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             return timer_name(timer)
 
         try:
-            measure_pipeline(pipeline, list(dataset), run_settings, case_id=measurement.case_id,
+            measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
                              drive_timing=drive, measurement=measurement,
                              progress=_progress_writer(request.config, measurement.case_id))
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)

@@ -3,7 +3,8 @@
     def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
         s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
 
-Registered as its own pytest11 entry point; shares the session object (session.py) with plugin.py.
+Registered by plugin.py as the plugin `s2st_service` (so `-p no:s2st` removes it too); shares the session
+object (session.py) with plugin.py.
 """
 from __future__ import annotations
 
@@ -98,8 +99,10 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
     With a quality policy (config ``quality:`` / ``@pytest.mark.s2st_gate``) the run is the candidate,
     judged against its baseline after the load (scoring never runs inside the timed region).
     """
+    from .benchmark_compat import save_case_ids
     from .service.bench import judge_level, paired_order, run_level, run_paired
 
+    save_case_ids(benchmark)
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
     settings = case.settings if case else {name: state.option(name) for name in

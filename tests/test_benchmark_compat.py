@@ -47,8 +47,10 @@ def test_stage_clock_is_the_fixture_clock(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-warmup=0",
                                 "--benchmark-timer=time.process_time", "--benchmark-json=out.json")
     result.assert_outcomes(passed=1)
-    s2st = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]
-    assert s2st["metrics"]["runtime_s"]["method"] == "timer:time.process_time"
+    saved = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]
+    assert saved["extra_info"]["s2st"]["metrics"]["runtime_s"]["method"] == "timer:time.process_time"
+    # the saved params name the case by its id (BenchmarkFixture.params), not as an UNSERIALIZABLE[...] repr
+    assert saved["params"] == {"s2st_case": "callable-lin"} and saved["param"] == "callable-lin"
 
 
 def test_a_renamed_internal_is_one_clear_line():

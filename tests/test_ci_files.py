@@ -141,3 +141,35 @@ def test_a_bad_timing_target_mode_is_one_line(pytester, monkeypatch):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     out = result.stdout.str()
     assert "S2ST_TIMING_TARGETS='off' (environment): expected one of enforce, report" in out and "Traceback" not in out
+
+
+def test_ci_tests_the_oldest_and_the_newest_python_requires_python_admits():
+    from packaging.specifiers import SpecifierSet
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    spec = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+    admitted = [f"3.{minor}" for minor in range(6, 30) if f"3.{minor}" in spec]
+    assert admitted and admitted[-1] != "3.29", f"requires-python {spec} has no upper bound CI could test"
+    assert _jobs()["cpu"]["strategy"]["matrix"]["python"] == [admitted[0], admitted[-1]]
+
+
+def test_make_bench_runs_the_models_and_selfbench_the_rest(pytester):
+    """benchmarks/conftest.py in a real session: the self-benchmark modules are marked selfbench and deselected
+    unless -m selects; `make bench` runs the default selection, `make selfbench` -m selfbench, and CI runs both."""
+    pytester.makeconftest((ROOT / "benchmarks" / "conftest.py").read_text())
+    for name in ("test_inference", "test_service", "test_compare_power", "test_loadgen_overhead",
+                 "test_measurement_cost", "test_plugin_import", "test_vs_upstream", "test_client_memory", "test_transport"):
+        pytester.makepyfile(**{name: "def test_it():\n    pass\n"})
+    plain = pytester.runpytest("-p", "no:s2st", "-p", "no:s2st_service", "--collect-only", "-q")
+    assert sorted(plain.stdout.str().split("\n")[:2]) == ["test_inference.py::test_it", "test_service.py::test_it"]
+    plain.stdout.fnmatch_lines(["2/9 tests collected (7 deselected)*"])
+    selfbench = pytester.runpytest("-p", "no:s2st", "-p", "no:s2st_service", "--collect-only", "-q", "-m", "selfbench")
+    selfbench.stdout.fnmatch_lines(["7/9 tests collected (2 deselected)*"])
+    assert "test_inference.py" not in selfbench.stdout.str()
+    make = {t: subprocess.run(["make", "-n", t], capture_output=True, text=True, cwd=ROOT).stdout for t in ("bench", "selfbench")}
+    assert "-m pytest benchmarks -v" in make["bench"] and "-m selfbench" not in make["bench"]
+    assert "-m pytest benchmarks -v -m selfbench" in make["selfbench"]
+    assert "make selfbench" in _runs(_jobs()["selfbench"]) and "make bench" in _runs(_jobs()["bench"])

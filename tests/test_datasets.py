@@ -158,19 +158,19 @@ def test_npy_header_version_2(tmp_path):
 def test_only_the_kept_samples_are_checked(tmp_path):
     p = ds.save_npy_dataset([np_sample(0, 2), {"id": 1}], tmp_path / "half.npy")
     assert len(ds.load_npy_dataset(p, size=1)) == 1
-    assert raises_line(ds.load_npy_dataset, p) == f"{p}: sample 1 has no net_input"
+    assert raises_line(ds.load_npy_dataset, p) == f"{p}: sample 1 has no net_input; {ds.NPY_SCHEMA}"
 
 
 @pytest.mark.parametrize("bad, expected", [
     ({"id": [3], "net_input": {"src_tokens": np.zeros(1), "src_lengths": np.array([1])}},
      "sample 3 id is a list, expected a string or a number"),
-    ({"id": 3}, "sample 3 has no net_input"),
-    ({"id": 3, "net_input": [1]}, "sample 3 has a net_input that is a list"),
+    ({"id": 3}, f"sample 3 has no net_input; {ds.NPY_SCHEMA}"),
+    ({"id": 3, "net_input": [1]}, f"sample 3 has a net_input that is a list; {ds.NPY_SCHEMA}"),
     ({"id": 3, "net_input": {"src_tokens": np.zeros(1)}}, "sample 3 has no net_input.src_lengths"),
     ({"id": 3, "net_input": {"src_lengths": np.array([1])}}, "sample 3 has no net_input.src_tokens"),
     ({"id": 3, "net_input": {"src_tokens": [0.0], "src_lengths": np.array([1])}},
      "sample 3 net_input.src_tokens is a list, expected a numpy array or torch tensor"),
-    ("not a sample", "sample 3 is a str, not a dict"),
+    ("not a sample", f"sample 3 is a str, not a dict; {ds.NPY_SCHEMA}"),
 ])
 def test_wrong_structure_gives_clear_line(tmp_path, bad, expected):
     p = tmp_path / "bad.npy"
@@ -187,7 +187,8 @@ def test_npy_file_level_errors(tmp_path):
     numeric = tmp_path / "numeric.npy"
     np.save(numeric, np.zeros((2, 3), np.float32))
     assert raises_line(ds.load_npy_dataset, numeric) == (
-        f"{numeric}: expected a list of samples, got a float32 array of shape (2, 3)")
+        f"{numeric}: expected a list of samples, got a float32 array of shape (2, 3); {ds.NPY_SCHEMA}")
+    assert "s2st-dataset random --n 8 --feat-dim 80 --out data.npy" in ds.NPY_SCHEMA
     empty = tmp_path / "empty.npy"
     np.save(empty, np.empty(0, dtype=object), allow_pickle=True)
     assert raises_line(ds.load_npy_dataset, empty) == f"{empty}: dataset is empty"

@@ -80,7 +80,7 @@ def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str
         try:
             from fairseq import options, tasks
         except ImportError:
-            raise S2STError("--data needs fairseq (pip install 'pytest-s2st[fairseq]')") from None
+            raise S2STError("--data needs fairseq (install the fairseq extra: pip install -e '.[fairseq]' in the pytest-s2st clone)") from None
         if task not in tasks.TASK_REGISTRY:
             raise S2STError(f"--task {task!r}: not a fairseq task (e.g. speech_to_text, translation, "
                             f"text_to_speech, speech_to_speech)")

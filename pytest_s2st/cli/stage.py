@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny (default): small real models for tests; full: the released architectures at "
                              "their released sizes, random weights (~1 GB of fairseq checkpoints, more with Qwen3-TTS)")
     args = parser.parse_args(argv)
+    import logging
+
+    for name in ("hydra", "fairseq", "qwen_tts"):  # their DEBUG/INFO lines while building each model drown the summary
+        logging.getLogger(name).setLevel(logging.WARNING)
     if args.size == "full":
         return _stage_full(args)
     from ..tiny import fairseq_tiny
@@ -96,7 +100,7 @@ def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
     import importlib.util
 
     if importlib.util.find_spec("qwen_tts") is None:
-        print("qwen-tts not installed: no tiny Qwen3-TTS (pip install 'pytest-s2st[qwen]')")
+        print("qwen-tts not installed: no tiny Qwen3-TTS (in the clone: pip install -e '.[qwen]')")
         return None
     from ..defaults import QWEN_YAML
     from ..service.workload import DEFAULT_WORKLOAD

@@ -101,6 +101,23 @@ def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: s
     return CallableStage(stage.get("stage_name") or f"stage{index}", fn, source)
 
 
+def is_pipeline(obj: Any) -> bool:
+    """Whether obj already speaks the Pipeline protocol (s2st_pipeline's kind), rather than being a model."""
+    return all(hasattr(obj, a) for a in ("model_type", "stages", "prepare_sample", "assets", "close"))
+
+
+def from_function(fn: Any, where: str) -> CallablePipeline:
+    """A plain callable (one input in, one output out) as a one-stage pipeline: ``s2st_benchmark(fn, inputs)``."""
+    if not callable(fn):
+        raise S2STError(f"{where}: the model must be a callable taking one input (or s2st_pipeline), "
+                        f"got {type(fn).__name__}")
+    try:
+        source = inspect.getsourcefile(fn) if inspect.isfunction(fn) else None
+    except TypeError:
+        source = None
+    return CallablePipeline([CallableStage("stage1", fn, source)])
+
+
 def build(stages: list[dict[str, Any]], *, model_type: str = "callable", device: str, config_path: Path) -> CallablePipeline:
     if not stages:
         raise S2STError(f"{config_path}: model_type 'callable' needs stage1 with an entry")

@@ -50,7 +50,7 @@ LANGUAGE_CODES = {
     "zh": "Chinese", "en": "English", "ja": "Japanese", "ko": "Korean", "de": "German", "fr": "French",
     "ru": "Russian", "pt": "Portuguese", "es": "Spanish", "it": "Italian", "auto": "Auto",
 }
-INSTALL_HINT = 'install the qwen extra: pip install "pytest-s2st[qwen]"'
+INSTALL_HINT = "install the qwen extra: pip install -e '.[qwen]' in the pytest-s2st clone"
 
 
 def normalize_language(value: str) -> str:

@@ -115,7 +115,7 @@ class PocketSphinxASR:
         try:
             import pocketsphinx  # noqa: F401
         except ImportError:
-            return "pocketsphinx is not installed (pip install 'pytest-s2st[quality]')"
+            return "pocketsphinx is not installed (install the quality extra: pip install -e '.[quality]' in the pytest-s2st clone)"
         return None
 
     def _model_dir(self) -> Path:

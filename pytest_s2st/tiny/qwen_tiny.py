@@ -5,7 +5,7 @@
 with every size shrunk, plus model-assets.json. Same seed -> same SHA256 of every file.
 ``tiny_qwen3tts_dir()`` builds once into a cache shared by processes (file lock, atomic rename).
 
-What has to hold for the package to load and run it (see /work/shared/notes/qwen3-tts-offline.md):
+What has to hold for the package to load and run it (found by reading qwen-tts 0.1.1 and loading the result):
 - ``<|im_start|>assistant\\n`` must tokenise to exactly 3 tokens and
   ``<|im_end|>\\n<|im_start|>assistant\\n`` to 5 (generate slices ``[:, :3]`` and ``[:, 3:-5]``);
 - talker vocab = codebook size + 1024 (the top 1024 ids are suppressed except codec EOS);
