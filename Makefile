@@ -64,18 +64,20 @@ bench: install
 selfbench: install sysdeps
 	$(PY) -m pytest benchmarks -v -m selfbench $(SELFBENCH_ARGS)
 
-# the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): skipped by `make bench`
-# and `make selfbench` (benchmarks/test_compare_power.py runs only under S2ST_POWER=1)
+# the comparison's own false-alarm and detection rates (hundreds of processes, ~25 min): marked `power`, which
+# `make bench` and `make selfbench` leave out
 bench-power: install
-	S2ST_POWER=1 $(PY) -m pytest benchmarks/test_compare_power.py -m selfbench -s $(BENCH_ARGS)
+	$(PY) -m pytest benchmarks/test_compare_power.py -m power -s $(BENCH_ARGS)
 
 # full-size random-weight models (the released architectures' sizes), built once into $$S2ST_CACHE_DIR: per-model
 # numbers at 1 and 2 threads, each measuring pass's cost on the S2T at three sizes, memory truth; the JSON of
 # every table goes to FULL_REPORT_DIR. The plugin's own run over configs/full/*.yaml follows, as users run it.
 FULL_REPORT_DIR ?= .benchmarks/full
 bench-full: install
-	S2ST_BENCH_FULL=1 S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size.py -s $(BENCH_ARGS)
-	S2ST_FULL_DIR=$$($(PY) -m pytest_s2st.tiny.fairseq_full | tail -n 1) $(PY) -m pytest benchmarks/test_inference.py \
+	S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size.py -m fullsize -s $(BENCH_ARGS)
+	S2ST_FULL_DIR=$$($(PY) -m pytest_s2st.tiny.fairseq_full | tail -n 1) \
+	QWEN3TTS_FULL_DIR=$$($(PY) -c "from pytest_s2st.tiny.qwen_full import full_qwen3tts_dir; print(full_qwen3tts_dir())") \
+	  $(PY) -m pytest benchmarks/test_inference.py \
 	  $(foreach c,$(wildcard configs/full/*.yaml),--s2st-config $(c)) $(BENCH_ARGS)
 
 clean:

@@ -7,9 +7,11 @@ TimingTargetMissed warning (listed in pytest's warnings summary) and the run gat
 (FLOPs, instruction counts, tensor bytes, equality with upstream). Nothing here imports torch.
 
 Two kinds of benchmark live here: the MODELS' (test_inference.py, test_service.py: what `make bench` runs)
-and the tool's own self-benchmarks (SELFBENCH_MODULES: compare power, load-generator overhead, memory and transport, the session
-vs upstream, measurement cost, import time), marked `selfbench` and deselected unless `-m` names a marker
-expression (`make selfbench` runs `-m selfbench`; CI runs both).
+and opt-in groups (OPT_IN), each a marker deselected unless `-m` names a marker expression: the tool's own
+self-benchmarks (`selfbench`: load-generator overhead, memory and transport, the session vs upstream,
+measurement cost, import time; `make selfbench`, CI runs it), the compare's false-alarm and detection rates
+(`power`, hundreds of processes: `make bench-power`) and the full-size models (`fullsize`: `make bench-full`).
+Deselected, not skipped: the default run lists how many it left out, and `-m` runs them as they are.
 """
 from __future__ import annotations
 
@@ -22,29 +24,38 @@ MODE_ENV = "S2ST_TIMING_TARGETS"
 MODES = ("enforce", "report")
 
 
-SELFBENCH_MODULES = {
-    "test_compare_power", "test_loadgen_overhead", "test_measurement_cost", "test_plugin_import", "test_vs_upstream",
-    "test_client_memory", "test_transport",  # the load generator's memory and its HTTP client vs aiohttp's
+OPT_IN = {  # marker -> the benchmark modules it marks
+    "selfbench": {"test_loadgen_overhead", "test_measurement_cost", "test_plugin_import", "test_vs_upstream",
+                  "test_client_memory", "test_transport"},  # the tool itself, not a model
+    "power": {"test_compare_power"},     # ~25 min: the compare's false-alarm and detection rates
+    "fullsize": {"test_full_size"},      # GB models, minutes per sample
+}
+DESCRIPTIONS = {
+    "selfbench": "benchmarks pytest-s2st itself, not a model (make selfbench: -m selfbench)",
+    "power": "the runtime compare's false-alarm and detection rates, hundreds of processes (make bench-power: -m power)",
+    "fullsize": "full-size models at the released architectures' sizes (make bench-full: -m fullsize)",
 }
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "selfbench: benchmarks pytest-s2st itself, not a model; deselected unless "
-                                       "-m selects (make selfbench: -m selfbench)")
+    for marker, text in DESCRIPTIONS.items():
+        config.addinivalue_line("markers", f"{marker}: {text}; deselected unless -m selects")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    opt_in = []
     for item in items:  # before -m selects, so `-m selfbench` / `-m "not selfbench"` see these marks
         module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in SELFBENCH_MODULES:
-            item.add_marker(pytest.mark.selfbench)
-    if config.getoption("markexpr"):  # -m given: pytest's own selection decides
+        name = module.__name__.rsplit(".", 1)[-1] if module is not None else ""
+        for marker, modules in OPT_IN.items():
+            if name in modules:
+                item.add_marker(getattr(pytest.mark, marker))
+                opt_in.append(item)
+    if config.getoption("markexpr") or not opt_in:  # -m given: pytest's own selection decides
         return
-    kept = [item for item in items if item.get_closest_marker("selfbench") is None]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("selfbench")])
-        items[:] = kept
+    config.hook.pytest_deselected(items=opt_in)
+    items[:] = [item for item in items if item not in opt_in]
 
 
 class TimingTargetMissed(UserWarning):

@@ -14,7 +14,7 @@ Each run times 40 rounds (8 samples x 5 repeats); the FLOPs and memory passes ar
 Asserted (stable on any machine): the instruction count raises 0 false alarms and detects 20/20;
 significance raises no more false alarms than the plain threshold. The runtime rates are printed.
 
-    S2ST_POWER=1 .venv/bin/python -m pytest -p no:cacheprovider benchmarks/test_compare_power.py -s   (make bench-power)
+    .venv/bin/python -m pytest -p no:cacheprovider benchmarks/test_compare_power.py -m power -s   (make bench-power)
 """
 from __future__ import annotations
 
@@ -30,10 +30,8 @@ import pytest
 from pytest_s2st.report import compared_rows, regressions, rows_from
 from pytest_s2st.settings import CompareLimit
 
-# ~6 min (instruction count) + ~2 x 10 min (runtime between runs) on a 2-core VM: not in `make bench`
-pytestmark = pytest.mark.skipif(os.environ.get("S2ST_POWER") != "1",
-                                reason="the power benchmark runs hundreds of processes (~25 min): S2ST_POWER=1 "
-                                       "(make bench-power) runs it")
+# ~6 min (instruction count) + ~2 x 10 min (runtime between runs) on a 2-core VM: marked `power` by
+# benchmarks/conftest.py, so only `-m power` (make bench-power) selects it
 
 PAIRS = 20
 WORK_A, WORK_B = 10, 11   # +10 % work

@@ -1,4 +1,4 @@
-"""Full-size models (issue 17), opt-in: `make bench-full` (S2ST_BENCH_FULL=1). Builds the released fairseq
+"""Full-size models (issue 17), opt-in: marked `fullsize` by benchmarks/conftest.py, run by `make bench-full` (-m fullsize). Builds the released fairseq
 architectures at their released sizes once into the cache (~1 GB, a few minutes), then:
 
 * per model, 1 and 2 threads: runtime per sample, RTF where the output is speech, peak RSS, tensor peak, FLOPs,
@@ -18,9 +18,6 @@ import textwrap
 
 import pytest
 
-FULL_ENV = "S2ST_BENCH_FULL"
-if os.environ.get(FULL_ENV) != "1":
-    pytest.skip(f"full-size benchmarks are opt-in: make bench-full ({FULL_ENV}=1)", allow_module_level=True)
 pytest.importorskip("fairseq")
 
 

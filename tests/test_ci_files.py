@@ -160,15 +160,18 @@ def test_make_bench_runs_the_models_and_selfbench_the_rest(pytester):
     """benchmarks/conftest.py in a real session: the self-benchmark modules are marked selfbench and deselected
     unless -m selects; `make bench` runs the default selection, `make selfbench` -m selfbench, and CI runs both."""
     pytester.makeconftest((ROOT / "benchmarks" / "conftest.py").read_text())
-    for name in ("test_inference", "test_service", "test_compare_power", "test_loadgen_overhead",
+    for name in ("test_inference", "test_service", "test_compare_power", "test_loadgen_overhead", "test_full_size",
                  "test_measurement_cost", "test_plugin_import", "test_vs_upstream", "test_client_memory", "test_transport"):
         pytester.makepyfile(**{name: "def test_it():\n    pass\n"})
     plain = pytester.runpytest("-p", "no:s2st", "-p", "no:s2st_service", "--collect-only", "-q")
     assert sorted(plain.stdout.str().split("\n")[:2]) == ["test_inference.py::test_it", "test_service.py::test_it"]
-    plain.stdout.fnmatch_lines(["2/9 tests collected (7 deselected)*"])
+    plain.stdout.fnmatch_lines(["2/10 tests collected (8 deselected)*"])
     selfbench = pytester.runpytest("-p", "no:s2st", "-p", "no:s2st_service", "--collect-only", "-q", "-m", "selfbench")
-    selfbench.stdout.fnmatch_lines(["7/9 tests collected (2 deselected)*"])
-    assert "test_inference.py" not in selfbench.stdout.str()
+    selfbench.stdout.fnmatch_lines(["6/10 tests collected (4 deselected)*"])
+    assert "test_inference.py" not in selfbench.stdout.str() and "test_compare_power" not in selfbench.stdout.str()
+    for marker, module in (("power", "test_compare_power"), ("fullsize", "test_full_size")):  # opt-in, never skipped
+        only = pytester.runpytest("-p", "no:s2st", "-p", "no:s2st_service", "--collect-only", "-q", "-m", marker)
+        only.stdout.fnmatch_lines([f"{module}.py::test_it", "1/10 tests collected (9 deselected)*"])
     make = {t: subprocess.run(["make", "-n", t], capture_output=True, text=True, cwd=ROOT).stdout for t in ("bench", "selfbench")}
     assert "-m pytest benchmarks -v" in make["bench"] and "-m selfbench" not in make["bench"]
     assert "-m pytest benchmarks -v -m selfbench" in make["selfbench"]
