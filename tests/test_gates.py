@@ -684,3 +684,13 @@ def test_a_special_file_named_like_a_wav_is_one_line_never_a_hang(tmp_path, read
     assert finished and isinstance(exc, S2STError), exc
     assert str(wav) in str(exc) and "not a regular file" in str(exc) and "\n" not in str(exc)
     assert pcm_snr_db(good, good) is not None  # a real WAV still reads
+
+
+def test_a_forward_that_raises_in_s2st_benchmark_is_one_line(pytester):
+    """s2st_benchmark(fn, inputs): the failure names the user's line, with no traceback."""
+    pytester.makepyfile(test_y="def model(x):\n    raise ValueError(f'bad input {x}')\n\n\n"
+                               "def test_a(s2st_benchmark):\n    s2st_benchmark(model, [1])\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert result.ret == 1 and "Traceback" not in out and "raise ValueError" not in out, out
+    result.stdout.fnmatch_lines(["stage 'stage1': the model raised ValueError: bad input 1 (at *test_y.py:2)"])
