@@ -8,7 +8,8 @@ entry point that reads it, instead of one test per example.
 3. absurd but well-formed option values are refused, naming the flag;
 4. console scripts end in one line and an exit code, never a traceback (hypothesis, structure-aware);
 5. echoed values stay on one line (newline, NUL);
-6. typos in a quality section, a policy or a budget name the closest valid key.
+6. typos in a quality section, a policy, a budget or a stage factory's arguments name the closest valid key;
+8. the callable path fails in one line naming the user's own file:line (import, factory, forward).
 """
 from __future__ import annotations
 
