@@ -251,7 +251,8 @@ def s2st_pipeline(s2st_case):
 
     try:
         pipeline = build_pipeline(s2st_case.model_type, s2st_case.config.stages,
-                                  device=s2st_case.device().name, config_path=s2st_case.config.path)
+                                  device=s2st_case.device().name, config_path=s2st_case.config.path,
+                                  config_lines=s2st_case.config.lines)
     except S2STError as exc:
         fail(exc)
     yield pipeline

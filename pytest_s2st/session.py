@@ -6,6 +6,7 @@ import this module and never each other.
 """
 from __future__ import annotations
 
+import os
 import secrets
 import tempfile
 import time
@@ -112,11 +113,19 @@ class S2STSession:
             raise S2STError(f"{self.source('evidence_dir')}: {base} is not a directory")
 
     def config_paths(self) -> list[Any]:
-        paths = self.config.getoption("s2st_config") or self.ini("s2st_config")
+        from .settings import path as check_path
+
+        flag = self.config.getoption("s2st_config")
+        paths = flag or self.ini("s2st_config")
         if not paths:
             from .defaults import default_config_paths
 
             paths = default_config_paths()
+        for p in paths:
+            try:
+                check_path(os.fspath(p))
+            except ValueError as exc:  # a NUL or a line break: one line naming where it came from
+                raise S2STError(f"{'--s2st-config' if flag else 's2st_config (ini)'}: {exc}") from None
         return list(paths)
 
     def load_cases(self) -> list[Any]:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .inputs import show
 from .metrics import COMPARABLE as COMPARE_METRICS  # the metric table says which metrics compare
 
 
@@ -99,6 +100,15 @@ def text(value: Any) -> str:
     out = str(value).strip()
     if not out:
         raise ValueError("must not be empty")
+    return out
+
+
+def path(value: Any) -> str:
+    """A file or folder name: text without a NUL or a line break (the OS refuses the first; the
+    second would split every line that echoes the path)."""
+    out = text(value)
+    if any(c in out for c in "\x00\n\r"):
+        raise ValueError(f"must be a path without NUL or line breaks, got '{show(out)}'")
     return out
 
 
@@ -238,7 +248,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...)", metavar="TYPE"),
-    Setting("dataset_path", text, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
+    Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
     Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
     Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream)", metavar="N"),
     Setting("repeat", bounded_int(MAX_ROUNDS), 1, "timed runs per sample (runtime is their mean)", metavar="N"),
@@ -254,13 +264,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
-    Setting("dump_dir", text, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
+    Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
     Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
     # service benchmarks (s2st_service / s2st_load)
     Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
     Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
-    Setting("workload", text, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
+    Setting("workload", path, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
     Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
     Setting("max_audio_s", bounded_float(MAX_AUDIO_S), 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
     Setting("request_timeout", bounded_float(MAX_SECONDS), 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
@@ -269,10 +279,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do not name theirs", metavar="HZ"),
     Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop); the concurrency cap still applies", metavar="R"),
     Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 burstier; inf = evenly spaced)", metavar="B"),
-    Setting("evidence_dir", text, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
-    Setting("baseline", text, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),
-    Setting("quality", text, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
-    Setting("plot", text, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
+    Setting("evidence_dir", path, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
+    Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),
+    Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
+    Setting("plot", path, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
     Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
     Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
     Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge)", per_case=False, metavar="I/N"),

@@ -8,7 +8,8 @@ entry point that reads it, instead of one test per example.
 3. absurd but well-formed option values are refused, naming the flag;
 4. console scripts end in one line and an exit code, never a traceback (hypothesis, structure-aware);
 5. echoed values stay on one line (newline, NUL);
-6. typos in a quality section, a policy or a budget name the closest valid key.
+6. typos in a quality section, a policy, a budget or a stage factory's arguments name the closest valid key;
+8. the callable path fails in one line naming the user's own file:line (import, factory, forward).
 """
 from __future__ import annotations
 
@@ -559,3 +560,138 @@ def test_a_change_that_overflows_is_inconclusive_not_fail(tmp_path, capsys, wav_
     assert assess.main(["--baseline", str(base), "--candidate", str(cand)]) == 2
     out = capsys.readouterr().out
     assert "not a finite number" in out and "inf" not in out.replace("INCONCLUSIVE", ""), out
+
+
+# ------------------------------------------------- 5. path options: a NUL or a line break names the flag
+
+PATH_FLAGS = ["--s2st-workload", "--s2st-dump-dir", "--s2st-evidence-dir", "--s2st-baseline", "--s2st-quality",
+              "--s2st-plot", "--s2st-dataset-path"]
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\nb"])
+@pytest.mark.parametrize("flag", PATH_FLAGS + ["--s2st-config"])
+def test_nul_or_newline_in_a_path_option_is_one_line(pytester, flag, bad):
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest(f"{flag}={bad}")
+    err = result.stderr.str()
+    assert result.ret == 4 and "INTERNALERROR" not in err and "Traceback" not in err, err
+    shown = bad.replace("\x00", "\\x00").replace("\n", "\\n")
+    line = next(x for x in err.splitlines() if shown in x)  # the value, escaped, on one line
+    assert flag in line, err
+
+
+# ------------------------------------------ 8. the callable path: the user's own file:line, one line
+
+FACTORY = '''\
+def build(hidden=128):
+    if hidden == -1:
+        raise ValueError("hidden must be > 0")  # line 3
+    if hidden == -2:
+        return 42
+    def forward(x):
+        if x == "boom":
+            raise KeyError("boom")  # line 8
+        return x
+    return forward
+
+
+def build_any(**kwargs):
+    return lambda x: x
+'''
+
+
+@pytest.fixture(params=["file", "module"])
+def entry(request, tmp_path, monkeypatch):
+    """The same factory named both ways a config can: 'file.py:attr' and 'package.module:attr'."""
+    if request.param == "file":
+        src = tmp_path / "user_model.py"
+        src.write_text(FACTORY)
+        return src, "user_model.py"
+    pkg = tmp_path / f"userpkg_{abs(hash(str(tmp_path))) % 10**8}"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return pkg / "mod.py", f"{pkg.name}.mod"
+
+
+def _build(tmp_path, entry_text, stage_lines="", general_lines=""):
+    from pytest_s2st.pipelines.base import build_pipeline
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"general:\n  model_type: callable\n{general_lines}stage1:\n  entry: {entry_text}\n{stage_lines}")
+    config = _load_config(cfg)
+    return build_pipeline("callable", config.stages, device="cpu", config_path=config.path, config_lines=config.lines)
+
+
+@pytest.mark.parametrize("kind, stage_lines, line", [
+    ("factory raises", "  hidden: -1\n", 3),
+    ("forward raises", "", 8),
+    ("returns no callable", "  hidden: -2\n", 1),
+])
+def test_callable_failures_name_the_users_file_and_line(tmp_path, entry, kind, stage_lines, line):
+    src, target = entry
+    with pytest.raises(S2STError) as e:
+        pipe = _build(tmp_path, f"{target}:build", stage_lines)
+        pipe.stages[0].forward("boom")
+    msg = str(e.value)
+    assert "\n" not in msg and f"{src}:{line}" in msg, msg
+    assert {"factory raises": "ValueError: hidden must be > 0", "forward raises": "KeyError: 'boom'",
+            "returns no callable": "returned int, not a callable"}[kind] in msg, msg
+
+
+def test_a_module_that_fails_to_import_names_its_line(tmp_path, entry):
+    src, target = entry
+    src.write_text(FACTORY + "\nraise RuntimeError('no GPU here')\n")
+    with pytest.raises(S2STError) as e:
+        _build(tmp_path, f"{target}:build")
+    assert f"{src}:{FACTORY.count(chr(10)) + 2}" in str(e.value) and "RuntimeError: no GPU here" in str(e.value)
+
+
+def test_a_misspelt_factory_argument_is_refused_with_the_closest_name(tmp_path, entry):
+    _, target = entry
+    with pytest.raises(S2STError) as e:
+        _build(tmp_path, f"{target}:build", "  hiden: 256\n")
+    assert "c.yaml:5 (stage1.hiden)" in str(e.value) and "did you mean 'hidden'?" in str(e.value), str(e.value)
+    # the spelt-right key reaches the factory; general's keys, the framework's and **kwargs are not refused
+    assert _build(tmp_path, f"{target}:build", "  hidden: 256\n  stage_name: enc\n  target_sr: 16000\n",
+                  "  dataset_path: x.npy\n  hiden: 1\n").stages[0].forward(3) == 3
+    assert _build(tmp_path, f"{target}:build_any", "  hiden: 256\n").stages[0].forward(3) == 3
+
+
+# ------------------------------------------ 2. a WAV read for its hash is bounded too (no FIFO hang)
+
+@pytest.mark.parametrize("reader", ["pcm_sha256", "load_16k", "pcm_snr_db"])
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory"])
+def test_a_special_file_named_like_a_wav_is_one_line_never_a_hang(tmp_path, reader, kind, wav_bytes):
+    from pytest_s2st.quality.scorefile import pcm_sha256
+    from pytest_s2st.quality.scorers import load_16k
+    from pytest_s2st.quality.verdict import pcm_snr_db
+
+    good = tmp_path / "good.wav"
+    good.write_bytes(wav_bytes)
+    wav = tmp_path / "x.wav"
+    {"fifo": os.mkfifo, "dev_zero": lambda p: os.symlink("/dev/zero", p), "directory": os.mkdir}[kind](wav)
+    call = {"pcm_sha256": lambda: pcm_sha256(wav), "load_16k": lambda: load_16k(wav),
+            "pcm_snr_db": lambda: pcm_snr_db(good, wav)}[reader]
+    try:
+        finished, exc = _finishes(call, 10.0)
+    finally:
+        if kind == "fifo":  # release a reader blocked in open() (old code): a writer that closes at once
+            try:
+                os.close(os.open(wav, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+    assert finished and isinstance(exc, S2STError), exc
+    assert str(wav) in str(exc) and "not a regular file" in str(exc) and "\n" not in str(exc)
+    assert pcm_snr_db(good, good) is not None  # a real WAV still reads
+
+
+def test_a_forward_that_raises_in_s2st_benchmark_is_one_line(pytester):
+    """s2st_benchmark(fn, inputs): the failure names the user's line, with no traceback."""
+    pytester.makepyfile(test_y="def model(x):\n    raise ValueError(f'bad input {x}')\n\n\n"
+                               "def test_a(s2st_benchmark):\n    s2st_benchmark(model, [1])\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert result.ret == 1 and "Traceback" not in out and "raise ValueError" not in out, out
+    result.stdout.fnmatch_lines(["stage 'stage1': the model raised ValueError: bad input 1 (at *test_y.py:2)"])

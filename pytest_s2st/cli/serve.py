@@ -142,7 +142,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
                "is wired" if cfg.model_type in ("TTS", "FastSpeech2") else f"model_type {cfg.model_type} has no chunked decoder")
         raise S2STError(f"{cfg.path}: --stream / serve.stream: {why}")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")
-    pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path)
+    pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path,
+                              config_lines=cfg.lines)
     threads = args.threads or case.settings.get("threads")
     stream = None
     if streaming is not None:

@@ -17,6 +17,7 @@ pipeline of that type is built.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
@@ -139,7 +140,10 @@ def check_model_type(model_type: Any, where: str) -> str:
     return model_type
 
 
-def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: str, config_path: Path) -> Pipeline:
+def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: str, config_path: Path,
+                   config_lines: Mapping[str, int] | None = None) -> Pipeline:
+    """``config_lines``: the config's key -> line map (CaseConfig.lines), for builders that check
+    each stage section's own keys (callable: a misspelt factory argument is refused)."""
     check_model_type(model_type, str(config_path))
     module_name, _, attr = MODEL_TYPES[model_type].target.partition(":")
     try:
@@ -149,4 +153,6 @@ def build_pipeline(model_type: str, stages: list[Mapping[str, Any]], *, device: 
             f"{config_path}: model_type {model_type!r} needs {module_name}, which cannot be imported: {exc}"
         ) from None
     factory = getattr(module, attr)
-    return factory([dict(s) for s in stages], model_type=model_type, device=device, config_path=config_path)
+    extra = {"config_lines": config_lines} if config_lines is not None and \
+        "config_lines" in inspect.signature(factory).parameters else {}
+    return factory([dict(s) for s in stages], model_type=model_type, device=device, config_path=config_path, **extra)

@@ -3,6 +3,10 @@
 Each stage names ``entry: package.module:factory`` (or ``path/to/file.py:factory``, resolved
 against the config's folder). The factory is called with the stage's other keys it accepts
 (none by default) and returns a callable taking one input; stage N+1 receives stage N's output.
+A key written in the stage's own section that the factory does not take (and that is not one of
+FRAMEWORK_KEYS) is refused with the closest parameter name, unless the factory takes **kwargs.
+What the user's code raises (importing, building, or a forward) is one line naming the frame in
+their own code (file:line), never a traceback.
 """
 from __future__ import annotations
 
@@ -11,10 +15,41 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import sysconfig
+import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import S2STError
+from ..inputs import closest, show
+
+# stage keys the framework reads itself (dump sample rate, stage label, the resolved device)
+FRAMEWORK_KEYS = ("entry", "stage_name", "target_sr", "device")
+_OURS = str(Path(__file__).resolve().parent.parent)
+_LIBRARY_DIRS = tuple(sorted({str(Path(p).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                              if (p := sysconfig.get_paths().get(k))}))
+
+
+def user_frame(exc: BaseException, prefer: str | None = None) -> str | None:
+    """'file:line' of the innermost frame of ``exc`` in the user's own code: not this package, not
+    the standard library or site-packages, else the innermost frame in ``prefer`` (the factory's
+    file, which may itself be installed), else the innermost frame outside this package."""
+    frames = [(str(Path(f.filename).resolve()) if f.filename and not f.filename.startswith("<") else f.filename, f)
+              for f in traceback.extract_tb(exc.__traceback__)]
+    if isinstance(exc, SyntaxError) and exc.filename:  # the error is in the file, not in a frame
+        return f"{exc.filename}:{exc.lineno}"
+    theirs = [(path, f) for path, f in frames if not path.startswith(_OURS + "/")]
+    picks = ([f for path, f in theirs if not path.startswith(_LIBRARY_DIRS) and not path.startswith("<")],
+             [f for path, f in theirs if prefer and path == str(Path(prefer).resolve())],
+             [f for _, f in theirs])
+    frame = next((p[-1] for p in picks if p), None)
+    return f"{frame.filename}:{frame.lineno}" if frame is not None else None
+
+
+def _raised(exc: BaseException, prefer: str | None = None) -> str:
+    """'ValueError: text (at file.py:12)' on one line."""
+    at = user_frame(exc, prefer)
+    return f"{type(exc).__name__}: {show(exc)}" + (f" (at {show(at)})" if at else "")
 
 
 def _load_entry(entry: Any, where: str) -> Callable[..., Any]:
@@ -38,7 +73,7 @@ def _load_entry(entry: Any, where: str) -> Callable[..., Any]:
     except S2STError:
         raise
     except Exception as exc:  # the user's module failed to import: say which and why, in one line
-        raise S2STError(f"{where}: entry {entry!r} cannot be imported: {type(exc).__name__}: {exc}") from None
+        raise S2STError(f"{where}: entry {entry!r} cannot be imported: {_raised(exc, target if target.endswith('.py') else None)}") from None
     factory = getattr(module, attr, None)
     if factory is None:
         raise S2STError(f"{where}: entry {entry!r}: module has no attribute {attr!r}")
@@ -54,7 +89,12 @@ class CallableStage:
         self.source = source
 
     def forward(self, x: Any) -> Any:
-        return self._fn(x)
+        try:  # free unless it raises (3.11+): the user's failure is one line naming their file:line
+            return self._fn(x)
+        except S2STError:
+            raise
+        except Exception as exc:
+            raise S2STError(f"stage {self.name!r}: the model raised {_raised(exc, self.source)}") from None
 
     def to_next_input(self, output: Any) -> Any:
         return output
@@ -80,25 +120,49 @@ class CallablePipeline:
         self.stages = []
 
 
-def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: str) -> CallableStage:
-    where = f"{config_path} (stage{index}.entry)"
-    factory = _load_entry(stage.get("entry"), where)
+def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: str,
+                 lines: Mapping[str, int] | None = None) -> CallableStage:
+    section = f"stage{index}"
+    where = f"{config_path} ({section}.entry)"
+    entry = stage.get("entry")
+    factory = _load_entry(entry, where)
     # pass only the keys the factory declares, so general keys (dataset_path, ...) do not leak in
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        params = {}
+        params = None
+    if params is not None and lines is not None and \
+            not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        takes = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for key in stage:  # keys written in this stage's own section (config lines), not general's
+            line = lines.get(f"{section}.{key}")
+            if line is not None and key not in params and key not in FRAMEWORK_KEYS:
+                raise S2STError(f"{config_path}:{line} ({section}.{show(key)}): factory {show(entry)!r} takes no "
+                                f"argument {show(key)!r}{closest(key, takes)}; it takes: "
+                                f"{', '.join(takes) or 'none'}")
+    params = params or {}
     kwargs = {k: v for k, v in stage.items() if k in params and k != "entry"}
     if "device" in params:
         kwargs["device"] = device  # the resolved device (cpu/cuda/npu), for factories that place their model
     try:
+        source = inspect.getsourcefile(factory) if inspect.isfunction(factory) else None
+    except TypeError:
+        source = None
+    try:
         fn = factory(**kwargs)
     except Exception as exc:
-        raise S2STError(f"{where}: factory {stage.get('entry')!r} raised {type(exc).__name__}: {exc}") from None
+        raise S2STError(f"{where}: factory {show(entry)!r} raised {_raised(exc, source)}") from None
     if not callable(fn):
-        raise S2STError(f"{where}: factory {stage.get('entry')!r} returned {type(fn).__name__}, not a callable")
-    source = inspect.getsourcefile(factory) if inspect.isfunction(factory) else None
-    return CallableStage(stage.get("stage_name") or f"stage{index}", fn, source)
+        at = _defined_at(factory)
+        raise S2STError(f"{where}: factory {show(entry)!r}{f' ({at})' if at else ''} returned "
+                        f"{type(fn).__name__}, not a callable")
+    return CallableStage(stage.get("stage_name") or section, fn, source)
+
+
+def _defined_at(factory: Any) -> str | None:
+    """'defined at file:line' of a Python function, or None."""
+    code = getattr(factory, "__code__", None)
+    return f"defined at {show(code.co_filename)}:{code.co_firstlineno}" if code is not None else None
 
 
 def is_pipeline(obj: Any) -> bool:
@@ -118,7 +182,10 @@ def from_function(fn: Any, where: str) -> CallablePipeline:
     return CallablePipeline([CallableStage("stage1", fn, source)])
 
 
-def build(stages: list[dict[str, Any]], *, model_type: str = "callable", device: str, config_path: Path) -> CallablePipeline:
+def build(stages: list[dict[str, Any]], *, model_type: str = "callable", device: str, config_path: Path,
+          config_lines: Mapping[str, int] | None = None) -> CallablePipeline:
+    """``config_lines`` (CaseConfig.lines) tells which keys each stage's own section wrote: those
+    the factory does not take are refused; without it they are left out silently."""
     if not stages:
         raise S2STError(f"{config_path}: model_type 'callable' needs stage1 with an entry")
-    return CallablePipeline([_build_stage(i + 1, s, config_path, device) for i, s in enumerate(stages)])
+    return CallablePipeline([_build_stage(i + 1, s, config_path, device, config_lines) for i, s in enumerate(stages)])

@@ -17,19 +17,41 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import S2STError
-from ..inputs import dumps, finite, load_json, show
+from ..inputs import dumps, finite, load_json, read_bytes, show
 
 SIDES = ("baseline", "candidate")
 SCORE_FIELDS = ("error_rate", "speaker_similarity")
 
 
+WAV_LIMIT = 2048 * 2**20  # one WAV file (datasets.Limits.audio_bytes: the same bound)
+
+
+def read_wav(wav_path: str | Path, dtype: str = "int16", always_2d: bool = False,
+             what: str = "WAV") -> tuple[Any, int]:
+    """(samples, rate) of a WAV read through the bounded reader (inputs.read_bytes): a FIFO, a
+    device or a directory named like a WAV is one S2STError line at once, never a read that blocks
+    or never ends; a file libsndfile cannot decode is one line too."""
+    import io
+
+    import soundfile as sf
+
+    raw = read_bytes(wav_path, what, WAV_LIMIT)
+    try:
+        return sf.read(io.BytesIO(raw), dtype=dtype, always_2d=always_2d)
+    except Exception as exc:  # noqa: BLE001 -- libsndfile's errors vary (LibsndfileError, RuntimeError)
+        raise S2STError(f"{show(os.fspath(wav_path))}: cannot read {what}: {show(exc)}") from None
+
+
 def pcm_sha256(wav_path: str | Path) -> str:
     """sha256 of the WAV's samples as little-endian int16 bytes: the same digest the load client
     computes over the PCM it received, so a score, a request record and a file can be matched."""
-    import soundfile as sf
+    data, _ = read_wav(wav_path, dtype="int16")
+    return pcm_digest(data)
 
-    data, _ = sf.read(str(wav_path), dtype="int16", always_2d=False)
-    return hashlib.sha256(data.astype("<i2", copy=False).tobytes()).hexdigest()
+
+def pcm_digest(samples: Any) -> str:
+    """sha256 of int16 samples as little-endian bytes (pcm_sha256 of samples already read)."""
+    return hashlib.sha256(samples.astype("<i2", copy=False).tobytes()).hexdigest()
 
 
 @dataclass

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import S2STError
 from ..runs import load_run
-from .scorefile import Score, Scores, pcm_sha256
+from .scorefile import Score, Scores, pcm_sha256, read_wav
 
 ASR_RATE = 16000  # both pocketsphinx's en-US model and Resemblyzer expect 16 kHz
 NORMALIZER = "nfkc-lower-strip-punct-v1"  # bumping this changes scorer_id: it changes every WER
@@ -74,9 +74,7 @@ def _version(*dists: str) -> str | None:
 
 def load_16k(wav_path: str | Path) -> np.ndarray:
     """Mono float32 at 16 kHz (polyphase resampling: exact rational ratio, deterministic)."""
-    import soundfile as sf
-
-    data, rate = sf.read(str(wav_path), dtype="float32", always_2d=True)
+    data, rate = read_wav(wav_path, dtype="float32", always_2d=True)
     mono = data.mean(axis=1)
     if rate != ASR_RATE:
         from math import gcd

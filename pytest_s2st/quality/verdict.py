@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import S2STError
 from ..inputs import finite, is_regular_file, show
 from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
 from .policy import Policy
-from .scorefile import SIDES, Scores, pcm_sha256
+from .scorefile import SIDES, Scores, pcm_digest, read_wav
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 2}
@@ -73,13 +74,11 @@ def _wav_facts(run: Run, rid: str, cache: dict) -> tuple[str, float] | str | Non
         if not is_regular_file(wav):  # a FIFO or device named like a WAV is no WAV (and could block a read)
             cache[wav] = None
         else:
-            import soundfile as sf
-
-            try:
-                info = sf.info(str(wav))
-                cache[wav] = (pcm_sha256(wav), info.frames / info.samplerate)
-            except Exception as exc:  # noqa: BLE001 -- libsndfile's errors vary: a corrupt WAV is no evidence
-                cache[wav] = f"unreadable ({show(exc)})"
+            try:  # one bounded read (scorefile.read_wav): the digest and the duration of the same bytes
+                data, rate = read_wav(wav, dtype="int16")
+                cache[wav] = (pcm_digest(data), len(data) / rate)
+            except S2STError as exc:  # a corrupt WAV is no evidence
+                cache[wav] = f"unreadable ({exc})"
     return cache[wav]
 
 
@@ -275,10 +274,8 @@ def snr_db(baseline: Any, candidate: Any) -> float | None:
 
 
 def pcm_snr_db(baseline_wav: Path, candidate_wav: Path) -> float | None:
-    import soundfile as sf
-
-    b, _ = sf.read(str(baseline_wav), dtype="int16", always_2d=False)
-    c, _ = sf.read(str(candidate_wav), dtype="int16", always_2d=False)
+    b, _ = read_wav(baseline_wav, dtype="int16")
+    c, _ = read_wav(candidate_wav, dtype="int16")
     return snr_db(b, c)
 
 
