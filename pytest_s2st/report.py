@@ -114,7 +114,8 @@ def shown_columns(rows: Sequence[Row]) -> list[tuple[str, str]]:
 
 
 def _column_empty(rows: Sequence[Row], key: str) -> bool:
-    return all(_value(row.metrics, key) is None for row in rows)
+    """Measured (some row has the metric) and n/a on every row."""
+    return any(key in row.metrics for row in rows) and all(_value(row.metrics, key) is None for row in rows)
 
 
 def method_marks(rows: Sequence[Row]) -> dict[str, str]:
