@@ -134,7 +134,10 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
     shown = {key for key, _ in shown_columns(rows)}
     for key, title in COLUMNS:
         if key not in shown and any(key in row.metrics for row in rows):
-            why = "; ".join(dict.fromkeys(_reason(row.metrics, key) for row in rows if key in row.metrics))
+            stages = tuple(f"{row.name.strip()}: " for row in rows if row.name.startswith(" "))
+            parts = (part.removeprefix(next((p for p in stages if part.startswith(p)), ""))  # a cascade's "s2u: ..."
+                     for row in rows if key in row.metrics for part in _reason(row.metrics, key).split("; "))
+            why = "; ".join(dict.fromkeys(parts))
             notes.append(f"{title}: no column, n/a for every row: {why}")
     marks = method_marks(rows)
     if len(marks) == 1:

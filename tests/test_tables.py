@@ -84,6 +84,16 @@ def test_the_embedded_default_rows_fit_120_columns():
     assert "±228% n=5" in lines[2] and "n=2 too few" in next(line for line in lines if line.startswith("  mt"))
 
 
+def test_a_cascade_s_stage_reasons_make_one_device_peak_note():
+    def m(reason):
+        return {"device_peak_mib": {"value": None, "reason": reason}, "runtime_s": {"value": 1.0, "method": "x"}}
+
+    rows = [Row("test_x", "x", m("s2u: no device memory on cpu; vocoder: no device memory on cpu")),
+            Row("  s2u", "x::s2u", m("no device memory on cpu")), Row("  vocoder", "x::vocoder", m("no device memory on cpu"))]
+    assert "device peak" not in render_table(rows)[0]
+    assert table_notes(rows)[0] == "device peak: no column, n/a for every row: no device memory on cpu"
+
+
 def _level(c, n_ok=12, rate="inf", goodput=None, reasons=None):
     seconds = {"mean": 12.3456, "p50": 0.0123, "p90": 12.3456, "p99": 123.456}
     return {"concurrency": c, "summary": {
