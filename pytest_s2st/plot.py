@@ -80,8 +80,8 @@ def _draw(ax: Any, levels: list[dict], metric: str, title: str, unit: str, zero_
     ax.set_xticks(xs)
     ax.set_xticklabels([f"c={d['concurrency']}\nn={d['summary'].get('n_ok', 0)}/{d['summary'].get('n', 0)}"
                         for d in levels])
-    if len(xs) == 1:
-        ax.set_xlim(xs[0] - 1, xs[0] + 1)
+    pad = 0.1 * (max(xs) - min(xs)) or 1  # room for the end points' labels
+    ax.set_xlim(min(xs) - pad, max(xs) + pad)
     ax.grid(True, alpha=0.3)
     # every metric here is >= 0: the axis starts at 0; all zeros get a readable axis, not ±0.04 around nothing
     ax.set_ylim(0, top * 1.15 if top > 0 else zero_top)
