@@ -9,10 +9,12 @@ Two families:
   says how the stages add up (runtime and FLOPs sum, memory peaks take the max).
 - service metrics (``s2st_load``): statistics over the measured requests of one concurrency level,
   read from the level's summary; ``stats`` are the statistics kept (budget keywords are
-  ``<name>_<stat>``, e.g. ``ttfa_s_p99``), ``table_stats`` those shown in the service table.
+  ``<name>_<stat>``, e.g. ``ttfa_s_p99``), ``table_stats`` those shown in the service table (which must fit a
+  120-column terminal: the other statistics are in the JSON's summary).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -85,7 +87,7 @@ class MetricDef:
 
 
 METRICS: tuple[MetricDef, ...] = (
-    MetricDef("runtime_s", "runtime/sample", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
+    MetricDef("runtime_s", "runtime", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
               "device-synchronised)", aggregate="sum", comparable=True, show_method=True,
               help="mean wall seconds per sample"),
     MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
@@ -107,18 +109,18 @@ METRICS: tuple[MetricDef, ...] = (
               aggregate="sum", comparable=True, show_method=True,
               help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
     MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("mean", "p50", "p90", "p99"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
               help="time to first audio"),
     MetricDef("rtf", "RTF", "", fmt_ratio, SERVICE, "client clock: (completion - send) / audio seconds",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("mean", "p50", "p90", "p99"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
               help="real-time factor"),
     MetricDef("latency_s", "latency", "s", fmt_seconds, SERVICE, "client clock: completion - send",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"), help="end-to-end latency"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), help="end-to-end latency"),
     # streaming playback (vLLM-Omni's definitions, runs.playback_metrics): a real-time player started at the
     # first audio, fed by the chunks as the client received them
     MetricDef("underrun_s", "underrun", "s", fmt_lag_seconds, SERVICE,
               "chunk timeline: worst deficit of a real-time player started at the first audio (vLLM-Omni)",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",),
               help="playback underrun: seconds a real-time player falls behind (= its total dry time)"),
     MetricDef("underrun_events", "underrun events", "", fmt_mean_count, SERVICE,
               "chunk timeline: chunks that arrived after the audio before them had played out (vLLM-Omni)",
@@ -180,3 +182,43 @@ def service_value(summary: Mapping[str, Any], key: str) -> float | None:
 
 def format_value(name: str, value: float | None) -> str:
     return BY_NAME[name].format(value)
+
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+# formatter -> (the units it chooses among, largest first; decimals shown at the chosen unit)
+_UNITS: dict[Callable[[float], str], tuple[tuple[tuple[float, str], ...], int]] = {
+    fmt_seconds: (_TIME_UNITS, 3),
+    fmt_lag_seconds: (_TIME_UNITS, 3),
+    fmt_count: (((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, "")), 3),
+    fmt_small_mib: (((1.0, "MiB"), (1 / 1024, "KiB")), 1),
+    fmt_mib: (((1.0, "MiB"),), 1),  # below 1 MiB: three significant digits, not '0.0 MiB'
+}
+
+
+def column_format(name: str, values: Any) -> Callable[[float | None], str]:
+    """One unit for a whole table column (never KiB beside MiB, k beside M): the unit the column's largest
+    value would get alone; smaller values keep three significant digits at that unit (more decimals, at most
+    six). A column of one value, or of a metric with a fixed unit, reads as format_value."""
+    metric = BY_NAME[name]
+    units = _UNITS.get(metric.fmt)
+    present = [abs(v) for v in values if v is not None]
+    if units is None or not any(present):
+        return metric.format
+    scales, decimals = units
+    top = max(present)
+    scale, unit = next(((s, u) for s, u in scales if top >= s), scales[-1])
+    integers = metric.fmt is fmt_count and scale == 1.0  # plain counts
+    suffix = f" {unit}" if unit else ""
+
+    def fmt(value: float | None) -> str:
+        if value is None:
+            return "n/a"
+        if value == 0 and metric.fmt is fmt_lag_seconds:
+            return f"0{suffix}"
+        scaled = value / scale
+        places = 0 if integers else decimals
+        if scaled and abs(scaled) < 1 and not integers:  # three significant digits, six decimals at most
+            places = min(6, max(decimals, 2 - math.floor(math.log10(abs(scaled)))))
+        return f"{scaled:.{places}f}{suffix}"
+
+    return fmt

@@ -54,14 +54,13 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     for setting in SETTINGS:
         # argparse %-formats help texts: a literal % (e.g. "flops:1%") must be doubled
         help_text = setting.help.replace("%", "%%")
-        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None,
-                                  "help": f"{help_text} (default: {setting.default})"}
+        kwargs: dict[str, Any] = {"dest": setting.dest, "default": None, "help": help_text + setting.default_text}
         if setting.parse.__name__ == "boolean":
             kwargs.update(action="store_true", help=help_text)
         else:
             kwargs.update(type=argparse_type(setting), metavar=setting.metavar or setting.name.upper())
         group.addoption(setting.flag, **kwargs)
-        parser.addini(setting.ini, f"ini twin of {setting.flag}", default=None)
+        parser.addini(setting.ini, setting.ini_help, default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

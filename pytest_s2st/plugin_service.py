@@ -142,6 +142,9 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
         except S2STError as exc:
             fail(exc)
         data["case"] = case_id
+        budgets = _service_budgets(request)
+        if budgets:  # the plot draws them
+            data["budgets"] = budgets
         if state.worker:  # which xdist worker drove the level (one case's levels share one: loadgroup)
             data["xdist_worker"] = state.worker
         if policy is not None:
@@ -155,6 +158,24 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
         return result
 
     return run
+
+
+def _service_budgets(request: pytest.FixtureRequest) -> dict[str, float]:
+    """The service keywords of the test's s2st_budget markers (the closest marker wins); a bad marker is left to
+    the verdict, which reports it in one line."""
+    from .budget import parse_budget
+    from .metrics import SERVICE_BUDGETS
+
+    out: dict[str, float] = {}
+    for marker in request.node.iter_markers("s2st_budget"):
+        try:
+            limits, _ = parse_budget(marker.kwargs, request.node.nodeid)
+        except S2STError:
+            continue
+        for key, value in limits.items():
+            if key in SERVICE_BUDGETS:
+                out.setdefault(key, value)
+    return out
 
 
 def _level_part(request: pytest.FixtureRequest) -> tuple[int, int] | None:

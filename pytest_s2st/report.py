@@ -3,10 +3,10 @@ comparison with saved runs. Every column comes from the metric table (metrics.py
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .inputs import finite, show
-from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS
+from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS, column_format
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .settings import CompareLimit
 
@@ -15,18 +15,34 @@ COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
 
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
+    """How a metric was measured, with the runtime's achieved precision (the JSON's and compare's wording)."""
+    method = method_text(name, metric)
+    precision = precision_text(name, metric)
+    if not precision:
+        return method
+    head, sep, tail = method.partition(", ")  # the precision follows the timer, before the protocol
+    return f"{head} {precision}{sep}{tail}"
+
+
+def precision_text(name: str, metric: Mapping[str, Any]) -> str:
+    """The runtime's achieved precision (runner.relative_precision) and its rounds; '' when no rounds were kept."""
+    details = metric.get("details") or {}
+    if name != "runtime_s" or not isinstance(details, Mapping) or not details.get("rounds_s"):
+        return ""
+    from .significance import MIN_ROUNDS
+
+    n = len(details["rounds_s"])
+    # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead, 1 round too
+    if n >= MIN_ROUNDS and details.get("precision") is not None:
+        return f"±{100 * details['precision']:.1f}% ({n} rounds)"
+    return f"({n} round{'s' if n != 1 else ''}: too few for an interval)"
+
+
+def method_text(name: str, metric: Mapping[str, Any]) -> str:
+    """How a metric was measured, without the per-row precision: the same for every row measured alike."""
     method = str(metric.get("method", "?"))
     details = metric.get("details") or {}
-    if name == "runtime_s" and details.get("rounds_s"):  # achieved precision (runner.relative_precision)
-        from .significance import MIN_ROUNDS
-
-        n = len(details["rounds_s"])
-        # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead, 1 round too
-        if n >= MIN_ROUNDS and details.get("precision") is not None:
-            method += f" ±{100 * details['precision']:.1f}% ({n} rounds)"
-        else:
-            method += f" ({n} round{'s' if n != 1 else ''}: too few for an interval)"
-    if name == "runtime_s" and details.get("protocol"):
+    if name == "runtime_s" and isinstance(details, Mapping) and details.get("protocol"):
         method += f", {details['protocol']} protocol"
     return method.removeprefix("timer:").replace("torch.utils.flop_counter", "torch")
 
@@ -65,28 +81,102 @@ def table(header: Sequence[str], body: list[list[str]]) -> list[str]:
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
+    """The extra table, one unit per column; its footnotes (table_notes) say how each metric was measured, once,
+    instead of a methods column repeating one string on every row."""
     # a metric no row has at all was not asked for (e.g. instructions, off by default): no column of n/a
-    columns = [(key, title) for key, title in COLUMNS if any(key in row.metrics for row in rows)] or list(COLUMNS)
-    header = ["Name"] + [title for _, title in columns] + ["methods", "verdict"]
+    columns = shown_columns(rows)
+    formats = {key: column_format(key, [finite(_entry(row.metrics, key).get("value")) for row in rows])
+               for key, _ in columns}
+    marks = method_marks(rows)
+    precisions = [precision_cell(row.metrics) for row in rows]
+    at = 2 if columns[0][0] == "runtime_s" else 1  # the interval follows the runtime
+    header = ["Name"] + [title for _, title in columns]
+    if any(precisions):
+        header.insert(at, "95% CI")
+    verdicts = any(row.status for row in rows)  # no budget, no verdict: no empty column
+    header += ["methods"] * (len(set(marks.values())) > 1) + ["verdict"] * verdicts
     body = []
-    for row in rows:
-        cells = [row.name]
-        for key, _ in columns:
-            cells.append(cell(key, _entry(row.metrics, key)))
-        methods = []
-        for key in (m.name for m in INFERENCE_METRICS if m.show_method):
-            if key in row.metrics:
-                methods.append(short_method(key, row.metrics[key]))
-        cells.append(", ".join(dict.fromkeys(methods)))
-        cells.append(row.status)
+    for row, precision in zip(rows, precisions):
+        cells = [row.name] + [cell(key, _entry(row.metrics, key), formats[key]) for key, _ in columns]
+        if any(precisions):
+            cells.insert(at, precision)
+        cells += [marks.get(row_methods(row), "")] * (len(set(marks.values())) > 1) + [row.status] * verdicts
         body.append(cells)
     return table(header, body)
 
 
-def cell(key: str, metric: Mapping[str, Any]) -> str:
-    """A metric's table cell; a partial count (ops left uncounted: a lower bound) reads '>=7.884 M partial'."""
+def shown_columns(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    """The metric columns of the extra table. A metric no row has at all was not asked for (instructions, off by
+    default): no column of n/a. A metric whose n/a needs no per-row note (device peak on a cpu run) and that no row
+    has a value for gets no column either: table_notes says why, once."""
+    asked = [(key, title) for key, title in COLUMNS if any(key in row.metrics for row in rows)] or list(COLUMNS)
+    return [(key, title) for key, title in asked if BY_NAME[key].note_missing or not _column_empty(rows, key)]
+
+
+def _column_empty(rows: Sequence[Row], key: str) -> bool:
+    """Measured (some row has the metric) and n/a on every row."""
+    return any(key in row.metrics for row in rows) and all(_value(row.metrics, key) is None for row in rows)
+
+
+def method_marks(rows: Sequence[Row]) -> dict[str, str]:
+    """Each distinct methods string of the rows -> its footnote mark (a, b, ...)."""
+    distinct = list(dict.fromkeys(m for m in map(row_methods, rows) if m))
+    return {m: chr(ord("a") + i) if i < 26 else str(i) for i, m in enumerate(distinct)}
+
+
+def table_notes(rows: Sequence[Row]) -> list[str]:
+    """The extra table's footnotes: what its 95% CI column means, and how each metric was measured (one line
+    when every row was measured alike, else one per mark of the methods column)."""
+    notes = []
+    if any(precision_cell(row.metrics) for row in rows):
+        notes.append(f"95% CI: the runtime mean's 95% confidence half-width, relative; n: timed rounds (an interval "
+                     f"needs n >= {_min_rounds()})")
+    shown = {key for key, _ in shown_columns(rows)}
+    for key, title in COLUMNS:
+        if key not in shown and any(key in row.metrics for row in rows):
+            stages = tuple(f"{row.name.strip()}: " for row in rows if row.name.startswith(" "))
+            parts = (part.removeprefix(next((p for p in stages if part.startswith(p)), ""))  # a cascade's "s2u: ..."
+                     for row in rows if key in row.metrics for part in _reason(row.metrics, key).split("; "))
+            why = "; ".join(dict.fromkeys(parts))
+            notes.append(f"{title}: no column, n/a for every row: {why}")
+    marks = method_marks(rows)
+    if len(marks) == 1:
+        notes.append(f"methods: {next(iter(marks))}")
+    else:
+        notes += [f"methods {mark}: {m}" for m, mark in marks.items()]
+    return notes
+
+
+def _min_rounds() -> int:
+    from .significance import MIN_ROUNDS
+
+    return MIN_ROUNDS
+
+
+def row_methods(row: Row) -> str:
+    """The row's methods, one string (the footnote's): timer and protocol, memory method, FLOP counter..."""
+    methods = [method_text(key, row.metrics[key]) for key in (m.name for m in INFERENCE_METRICS if m.show_method)
+               if isinstance(row.metrics.get(key), Mapping)]
+    return ", ".join(dict.fromkeys(methods))
+
+
+def precision_cell(metrics: Mapping[str, Any]) -> str:
+    """'±4.5% n=5', '±22% n=5', 'n=2 too few', or '' when the row kept no timed rounds (a cascade's stage, an old run)."""
+    details = _entry(metrics, "runtime_s").get("details")
+    if not isinstance(details, Mapping) or not details.get("rounds_s"):
+        return ""
+    n = len(details["rounds_s"])
+    if n >= _min_rounds() and finite(details.get("precision")) is not None:
+        pct = 100 * details["precision"]
+        return f"±{pct:.1f}% n={n}" if pct < 10 else f"±{pct:.0f}% n={n}"
+    return f"n={n} too few"
+
+
+def cell(key: str, metric: Mapping[str, Any], fmt: Callable[[float | None], str] | None = None) -> str:
+    """A metric's table cell (in its column's unit when ``fmt`` is the column's format); a partial count (ops left
+    uncounted: a lower bound) reads '>=7.884 M partial'."""
     value = finite(metric.get("value"))  # NaN, inf, a string: missing evidence (n/a), never 'nan'
-    text = fmt_metric(key, value)
+    text = (fmt or (lambda v: fmt_metric(key, v)))(value)
     details = metric.get("details")
     if value is not None and isinstance(details, Mapping) and details.get("partial"):
         return f">={text} partial"
@@ -108,6 +198,17 @@ def missing_notes(rows: Sequence[Row]) -> list[str]:
                 notes.append(f"{row.name.strip()}: {key} partial (a lower bound): no FLOP formula for "
                              f"{uncounted_text(metric['details'])} (calls)")
     return list(dict.fromkeys(notes))
+
+
+def wrap(lines: Sequence[str], width: int = 120) -> list[str]:
+    """Notes under a table, each wrapped to the terminal width the tables keep (continuations indented)."""
+    import textwrap
+
+    out: list[str] = []
+    for line in lines:
+        out += textwrap.wrap(line, width, subsequent_indent="    ", break_long_words=False,
+                             break_on_hyphens=False) or [""]
+    return out
 
 
 def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -291,46 +392,75 @@ def _in_service_table(m: Any) -> bool:
     return bool(m.table_stats) or not m.stats
 
 
+# the service table is two tables of at most ~120 columns: latency, then playback and load; every statistic
+# (means, p90s, underrun events, dry spells, audio seconds) stays in the JSON's summary
+SERVICE_TABLES = (("latency", ("ttfa_s", "rtf", "latency_s", "error_rate")),
+                  ("playback and load", ("underrun_s", "continuity_rate", "gap_s", "throughput")))
+
+
+def _service_cells(m: Any, s: Mapping[str, Any]) -> list[float | None]:
+    value = s.get(m.name)
+    if m.table_stats:
+        return [finite(value.get(stat)) if isinstance(value, Mapping) else None for stat in m.table_stats]
+    return [finite(value)]
+
+
 def render_service_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """(row name, level data) pairs -> the service table; its metric columns come from the table.
-    Under it, one line per shown metric that is n/a for a level with completed requests, saying why."""
-    header = ["Name", "conc", "ok/n"]
-    for m in SERVICE_METRICS:
-        if not _in_service_table(m):
-            continue
-        if m.table_stats:
-            header += [f"{m.title} {s}" if i == 0 else s for i, s in enumerate(m.table_stats)]
-        else:
-            header.append(m.title)
-    header += ["goodput", "req/s asked/got"]
-    body = []
-    for name, data in results:
-        s = data["summary"]
-        cells = [name, str(data["concurrency"]), f"{s.get('n_ok', 0)}/{s.get('n', 0)}"]
-        for m in SERVICE_METRICS:
-            if not _in_service_table(m):
-                continue
-            if m.table_stats:
-                cells += [m.format((s.get(m.name) or {}).get(stat)) for stat in m.table_stats]
+    """(row name, level data) pairs -> the service tables (one unit per column; metric columns from the metric
+    table), then notes: what the rate and goodput columns mean and why a shown value is n/a."""
+    out: list[str] = []
+    for part, names in SERVICE_TABLES:
+        shown = [BY_NAME[n] for n in names if _in_service_table(BY_NAME[n])]
+        header = ["Name", "conc", "ok/n"] if part == "latency" else ["Name", "conc"]
+        for m in shown:
+            header += [f"{m.title} {st}" if i == 0 else st for i, st in enumerate(m.table_stats)] or [m.title]
+        header += ["goodput"] if part == "latency" else ["rate asked", "rate got"]
+        columns = {m.name: list(zip(*[_service_cells(m, data["summary"]) for _, data in results])) for m in shown}
+        formats = {name: [column_format(name, col) for col in cols] for name, cols in columns.items()}
+        body = []
+        for name, data in results:
+            s = data["summary"]
+            cells = [name, str(data["concurrency"])]
+            if part == "latency":
+                cells.append(f"{s.get('n_ok', 0)}/{s.get('n', 0)}")
+            for m in shown:
+                cells += [fmt(v) for fmt, v in zip(formats[m.name], _service_cells(m, s))]
+            if part == "latency":
+                goodput = (s.get("goodput") or {}).get("fraction") if isinstance(s.get("goodput"), Mapping) else None
+                cells.append("n/a" if finite(goodput) is None else f"{100 * goodput:.0f}%")
             else:
-                cells.append(m.format(s.get(m.name)))
-        goodput = (s.get("goodput") or {}).get("fraction")
-        cells.append("n/a" if goodput is None else f"{100 * goodput:.0f}%")
-        cells.append(_rates(s))
-        body.append(cells)
-    return table(header, body) + service_missing_notes(results)
+                cells += list(_rates(s))
+            body.append(cells)
+        out += ([""] if out else []) + table(header, body)
+    return out + wrap(service_legend(results) + service_missing_notes(results))
 
 
-def _rates(summary: Mapping[str, Any]) -> str:
-    """The open-loop request rate asked ("closed": the closed loop) / achieved (measured requests / wall)."""
-    asked, got = summary.get("request_rate", "inf"), summary.get("achieved_rate")
-    asked_text = "closed" if asked in ("inf", None) else f"{float(asked):g}"
-    return f"{asked_text}/{'n/a' if got is None else f'{got:.2f}'}"
+def _rates(summary: Mapping[str, Any]) -> tuple[str, str]:
+    """The request rate asked ('closed loop', or the open-loop rate) and achieved (measured requests / wall)."""
+    asked, got = summary.get("request_rate", "inf"), finite(summary.get("achieved_rate"))
+    try:
+        closed = asked in ("inf", None) or float(asked) == float("inf")
+    except (TypeError, ValueError):
+        closed = True
+    asked_text = "closed loop" if closed else f"{float(asked):g} req/s"
+    return asked_text, "n/a" if got is None else f"{got:.2f} req/s"
+
+
+def service_legend(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """What the columns that are not one metric's statistic mean."""
+    if not results:
+        return []
+    return ["ok/n: completed / measured requests; throughput: audio seconds per wall second",
+            "goodput: requests meeting every target of the config's general.targets / measured requests",
+            "rate asked: closed loop (each worker sends its next request when its last ends) or the open-loop rate",
+            "rate got: measured requests sent / wall seconds; means, p90s and the other statistics: the JSON summary"]
 
 
 def service_missing_notes(results: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """Why a shown service metric is n/a for a level whose requests did complete (never a silent blank)."""
-    notes = []
+    """Why a shown service value is n/a for a level whose requests did complete (never a silent blank); a reason
+    shared by every such level is one line."""
+    found: dict[tuple[str, str], list[str]] = {}
+    completed = [name for name, data in results if data["summary"].get("n_ok")]
     for name, data in results:
         s = data["summary"]
         if not s.get("n_ok"):
@@ -339,8 +469,15 @@ def service_missing_notes(results: Sequence[tuple[str, Mapping[str, Any]]]) -> l
         for m in SERVICE_METRICS:
             if not _in_service_table(m) or m.name not in reasons:
                 continue
-            value = s.get(m.name)
-            shown = [(value or {}).get(stat) for stat in m.table_stats] if m.table_stats else [value]
-            if any(v is None for v in shown):
-                notes.append(f"{name}: {m.name} n/a: {reasons[m.name]}")
+            if any(v is None for v in _service_cells(m, s)):
+                found.setdefault((m.name, str(reasons[m.name])), []).append(name)
+        goodput = s.get("goodput")
+        if finite(goodput.get("fraction") if isinstance(goodput, Mapping) else None) is None:
+            found.setdefault(("goodput", str(reasons.get("goodput", "no value"))), []).append(name)
+        if finite(s.get("achieved_rate")) is None and "achieved_rate" in reasons:
+            found.setdefault(("rate got", str(reasons["achieved_rate"])), []).append(name)
+    notes = []
+    for (metric, reason), names in found.items():
+        where = "every level" if len(names) == len(completed) > 1 else ", ".join(names)
+        notes.append(f"{where}: {metric} n/a: {reason}")
     return notes

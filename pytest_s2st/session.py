@@ -325,14 +325,12 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_inference(self, tr: Any) -> None:
-        from .report import missing_notes, render_table
+        from .report import missing_notes, render_table, table_notes, wrap
 
         rows = self.rows()
         tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
-        for line in render_table(rows):
+        for line in render_table(rows) + wrap(table_notes(rows) + [f"note: {note}" for note in missing_notes(rows)]):
             tr.write_line(line)
-        for note in missing_notes(rows):
-            tr.write_line(f"note: {note}")
         warning = self.contention_warning()
         if warning:
             tr.write_line(f"warning: {warning}", yellow=True)

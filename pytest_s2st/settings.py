@@ -245,12 +245,32 @@ class Setting:
     def dest(self) -> str:
         return "s2st_" + self.name
 
+    @property
+    def default_text(self) -> str:
+        """' (default: 600)' for --help, as the value is spelled; '' when the help already says what happens
+        unset, when there is no default (None: the help says what unset means), or for an on/off flag."""
+        if self.default is None or self.default is False or "default" in self.help:
+            return ""
+        value = self.default
+        if isinstance(value, (tuple, list)):
+            value = ",".join(str(v) for v in value)
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        return f" (default: {value})"
+
+    @property
+    def ini_help(self) -> str:
+        """The ini option's sentence in --help: what it sets (as its command-line flag) and what wins over it."""
+        over = f"{self.flag} and a config's general.{self.name}" if self.per_case else self.flag
+        return f"{self.help}{self.default_text}; {over} override it" if self.per_case else \
+            f"{self.help}{self.default_text}; {over} overrides it"
+
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...)", metavar="TYPE"),
-    Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest", metavar="PATH"),
+    Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...); default: the config's", metavar="TYPE"),
+    Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest (default: the config's)", metavar="PATH"),
     Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
-    Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream)", metavar="N"),
+    Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the config's, else all)", metavar="N"),
     Setting("repeat", bounded_int(MAX_ROUNDS), 1, "timed runs per sample (runtime is their mean)", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
     Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
@@ -260,16 +280,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
     Setting("min_rounds", bounded_int(MAX_ROUNDS), None, "timed rounds at least: the dataset is cycled until N rounds ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x repeat)", metavar="N"),
     Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
-    Setting("target_precision", bounded_float(1.0, below=True), None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time", metavar="FRACTION"),
+    Setting("target_precision", bounded_float(1.0, below=True), None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time (default: off, a fixed number of rounds)", metavar="FRACTION"),
     Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
-    Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id>", metavar="DIR"),
-    Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5%", per_case=False, metavar="LIMITS"),
+    Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
+    Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
     # service benchmarks (s2st_service / s2st_load)
     Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
-    Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server", per_case=False, metavar="URL"),
+    Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server (default: the reference server)", per_case=False, metavar="URL"),
     Setting("workload", path, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
     Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
     Setting("max_audio_s", bounded_float(MAX_AUDIO_S), 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
@@ -280,12 +300,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop); the concurrency cap still applies", metavar="R"),
     Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 burstier; inf = evenly spaced)", metavar="B"),
     Setting("evidence_dir", path, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
-    Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against", per_case=False, metavar="DIR"),
-    Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity})", per_case=False, metavar="FILE"),
-    Setting("plot", path, None, "write a PNG of TTFA/RTF percentiles against concurrency per case into DIR", per_case=False, metavar="DIR"),
+    Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against (default: no gate)", per_case=False, metavar="DIR"),
+    Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of {id, pcm_sha256, error_rate, speaker_similarity}; default: none)", per_case=False, metavar="FILE"),
+    Setting("plot", path, None, "write a PNG per case into DIR: TTFA, RTF, error rate and throughput against concurrency (default: no plot)", per_case=False, metavar="DIR"),
     Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
     Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
-    Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge)", per_case=False, metavar="I/N"),
+    Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge; default: all cases)", per_case=False, metavar="I/N"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

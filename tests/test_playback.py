@@ -341,7 +341,8 @@ def test_within(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
         "*test_behind?callable-paced-c1? FAILED*",
         "*test_within?callable-paced-c1? PASSED*",
         "*underrun_s_p99: measured 0.* > budget 0.3 (method *",
-        "Name*conc*ok/n*latency p50*p99*underrun p50*p99*continuity*chunk gap p99*throughput*errors*goodput*",
+        "Name*conc*ok/n*TTFA p50*p99*RTF p50*p99*latency p99*errors*goodput",
+        "Name*conc*underrun p99*continuity*chunk gap p99*throughput*rate asked*rate got",
         "test_within?callable-paced-c1?*1/1*0.0%*",
     ])
     benches = {b["name"]: b["extra_info"]["s2st_service"]

@@ -51,7 +51,7 @@ def test_service_levels_table_json_and_evidence(pytester):
         "*test_service?callable-tone-c1? PASSED*",
         "*test_service?callable-tone-c2? PASSED*",
         "*s2st: service (TTFA, RTF, latency per concurrency level)*",
-        "Name*conc*ok/n*TTFA mean*p50*p90*p99*RTF mean*throughput*errors*",
+        "Name*conc*ok/n*TTFA p50*p99*RTF p50*p99*latency p99*errors*goodput",
         "test_service?callable-tone-c2?*2*4/4*",
     ])
     benches = {b["name"]: b["extra_info"]["s2st_service"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}

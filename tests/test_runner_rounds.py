@@ -119,7 +119,7 @@ def test_min_rounds_cycles_the_dataset_in_a_real_session(pytester):
     assert runtime["details"]["rounds"] == 11 and len(runtime["details"]["rounds_s"]) == 11
     assert bench["stats"]["rounds"] == 11  # pytest-benchmark's own stats hold the same rounds
     assert runtime["details"]["precision"] > 0
-    result.stdout.fnmatch_lines(["*test_inference?callable-lin?*±*% (11 rounds)*"])
+    result.stdout.fnmatch_lines(["*test_inference?callable-lin?*±*% n=11*"])
 
 
 def test_target_precision_grows_rounds_in_a_real_session(pytester):

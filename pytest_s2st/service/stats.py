@@ -114,7 +114,7 @@ def summarize(records: list[dict], wall_s: float, targets: dict | None = None) -
         }
     else:
         out["goodput"] = None
-        reasons["goodput"] = "no targets given"
+        reasons["goodput"] = "no targets given (the config's general.targets, e.g. {ttfa_s: 1.0, rtf: 1.0})"
     out["reasons"] = reasons
     return out
 
