@@ -146,8 +146,15 @@ def load_json(path: str | os.PathLike, what: str = "JSON file", limit: int = DEF
 
 
 def dumps(data: Any, **kwargs: Any) -> str:
-    """json.dumps that never writes NaN/Infinity (they are not JSON): ValueError instead."""
-    return json.dumps(data, allow_nan=False, **kwargs)
+    """json.dumps that never writes NaN/Infinity (they are not JSON): ValueError instead. Text that cannot be
+    UTF-8 (a lone surrogate, e.g. from a server's message) is written escaped, so the file is still JSON."""
+    text = json.dumps(data, allow_nan=False, **kwargs)
+    if kwargs.get("ensure_ascii") is False:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(data, allow_nan=False, **{**kwargs, "ensure_ascii": True})
+    return text
 
 
 def _expanded_nodes(node: Any, bound: int) -> int:

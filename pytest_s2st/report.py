@@ -278,11 +278,14 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
             if new_v is None and old_v is None:
                 cells.append("n/a")
             elif change is not None:
-                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({change.describe()})")
+                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({change.short()})")
             else:
                 cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
         body.append(cells)
-    return table(header, body) if body else []
+    if not body:
+        return []
+    keep = [0] + [i for i in range(1, len(header)) if any(cells[i] != "n/a" for cells in body)]  # no all-n/a column
+    return table([header[i] for i in keep], [[cells[i] for i in keep] for cells in body])
 
 
 def _rounds(metrics: Mapping[str, Any], key: str) -> Any:

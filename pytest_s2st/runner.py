@@ -28,7 +28,7 @@ from .measure.flops import count_flops, strict_flops
 from .measure.instructions import InstructionPass
 from .measure.memory import MemoryProbe, resolve_memory_method
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
-from .measure.record import Metric
+from .measure.record import Metric, mib_summary
 from .metrics import BY_NAME, INFERENCE_NAMES
 
 PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
@@ -150,16 +150,6 @@ def mark_uncounted(metric: Metric, parts: Sequence[Mapping[str, Any]]) -> None:
         metric.details.update(uncounted=uncounted, partial=True)
 
 
-def _mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
-    """A stage's memory metric: the max over samples (a peak is a peak); mean kept in details."""
-    metrics = [m[name] for m in per_sample]
-    values = [m.value for m in metrics if m.value is not None]
-    if len(values) != len(metrics):
-        first = next(m for m in metrics if m.value is None)
-        return Metric.missing(first.method, first.reason or "not measured")
-    return Metric(max(values), metrics[0].method, details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})
-
-
 def shape_key(x: Any) -> Any:
     """What makes two inputs the same shape for a model: array/tensor shapes and dtypes, text and sequence
     lengths, mapping keys; nested. Scalars count by type only (a token id or a seed is not a shape)."""
@@ -230,12 +220,12 @@ class StageMeasurer:
                 per_sample.append(mem)
                 outputs.append(out)
             self.memory.close()  # no sampler left beside the timed pass
-            result.metrics["peak_rss_mib"] = _mib_summary(per_sample, "peak_rss_mib")
-            result.metrics["peak_delta_mib"] = _mib_summary(per_sample, "peak_delta_mib")
+            result.metrics["peak_rss_mib"] = mib_summary(per_sample, "peak_rss_mib")
+            result.metrics["peak_delta_mib"] = mib_summary(per_sample, "peak_delta_mib")
             if self.memory_fallback:
                 for name in ("peak_rss_mib", "peak_delta_mib"):
                     result.metrics[name].details["fallback"] = self.memory_fallback
-            result.metrics["device_peak_mib"] = _mib_summary([{"d": d} for d in device_peaks], "d")
+            result.metrics["device_peak_mib"] = mib_summary([{"d": d} for d in device_peaks], "d")
         else:
             off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
             result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
@@ -254,7 +244,7 @@ class StageMeasurer:
             flop_outputs.append(out)
             tensor_peaks.append(peak)
         if tensors:
-            result.metrics["tensor_peak_mib"] = _mib_summary([{"t": t} for t in tensor_peaks], "t")
+            result.metrics["tensor_peak_mib"] = mib_summary([{"t": t} for t in tensor_peaks], "t")
             if result.metrics["tensor_peak_mib"].value is not None:
                 result.metrics["tensor_peak_mib"].details["note"] = TENSOR_NOTE
         else:

@@ -375,10 +375,12 @@ def record_json(record: dict) -> str:
         if isinstance(value, Timeline):
             return value.to_list()
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=default)
     try:
-        return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=default)
-    except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message): escaped, still JSON
-        return json.dumps(record, separators=(",", ":"), default=default)
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. in a server's message) cannot be UTF-8: escaped, still JSON
+        text = json.dumps(record, separators=(",", ":"), default=default)
+    return text
 
 
 MAX_DURATION_S = 7 * 86400.0  # a request time or an audio length past a week is a corrupt record, not a measurement

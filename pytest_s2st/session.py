@@ -350,8 +350,8 @@ class S2STSession:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
             for line in lines:
                 tr.write_line(line)
-            tr.write_line("runtime: new/old ratio of means [95% bootstrap interval] and a word; "
-                          "other columns: plain change")
+            tr.write_line("runtime: new/old ratio of per-run means; a word (slower/faster) needs 3 runs per side "
+                          "(s2st-merge --repeats), judged by a Welch 95% interval on log run means; other columns: plain change")
             for note in insignificant(rows, compared, self.option("compare_fail") or ()):
                 tr.write_line(f"note: {note}")
         if self.config.getoption("benchmark_compare", None):

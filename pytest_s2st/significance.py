@@ -52,6 +52,13 @@ class Change:
     def significant(self) -> bool:
         return self.word in (SLOWER, FASTER)
 
+    def short(self) -> str:
+        """describe() for a table cell: below MIN_RUNS per side only the ratio and the run counts (the table's
+        footnote says what is needed)."""
+        if self.ratio is not None and self.runs is not None and self.low is None:
+            return f"x{self.ratio:.3f}, cannot tell ({self.runs[0]}/{self.runs[1]} runs)"
+        return self.describe()
+
     def describe(self) -> str:
         if self.ratio is None:
             return f"n/a ({self.word})" if self.word == NOT_FINITE else "n/a"

@@ -284,7 +284,7 @@ def test_workload_empty_or_missing(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(S2STError, match="no items"):
         load_workload(tmp_path / "empty.jsonl")
-    with pytest.raises(S2STError, match="cannot read"):
+    with pytest.raises(S2STError, match="absent.jsonl: workload not found"):
         load_workload(tmp_path / "absent.jsonl")
 
 

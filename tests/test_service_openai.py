@@ -207,6 +207,6 @@ def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
 
     # bad settings: one line naming where they came from
     for flag, why in (("--s2st-extra-body=[1]", "must be a JSON object"), ("--s2st-protocol=grpc", "must be one of"),
-                      ("--s2st-request-rate=0", "requests per second > 0 or inf")):
+                      ("--s2st-request-rate=0", "must be requests per second in")):
         bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", flag)
         assert bad.ret != 0 and why in bad.stderr.str() and "Traceback" not in bad.stderr.str(), bad.stderr.str()

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from pytest_s2st.measure.record import Metric
+from pytest_s2st.measure.record import Metric, mib_summary
 
 TIMEOUT_S = 3600.0
 RESULT_MAX_BYTES = 1_000_000
@@ -75,7 +75,6 @@ def run(job: dict) -> dict:
     from pytest_s2st.measure.determinism import seed_everything, set_threads
     from pytest_s2st.measure.memory import MemoryProbe, resolve_memory_method
     from pytest_s2st.pipelines.base import build_pipeline
-    from pytest_s2st.runner import _mib_summary
 
     case = Case.from_dict(job["case"])
     set_threads(int(job["threads"]))
@@ -95,7 +94,7 @@ def run(job: dict) -> dict:
                 out, mem = probe.measure(stage.forward, x)
                 per_sample.append(mem)
                 outputs.append(out)
-            stages.append({n: _mib_summary(per_sample, n).to_dict() for n in NAMES})
+            stages.append({n: mib_summary(per_sample, n).to_dict() for n in NAMES})
             if s + 1 < len(pipeline.stages):
                 xs = [stage.to_next_input(o) for o in outputs]
     finally:

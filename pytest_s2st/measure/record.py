@@ -27,3 +27,13 @@ class Metric:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Metric":
         return cls(data.get("value"), data.get("method", "?"), data.get("reason"), dict(data.get("details") or {}))
+
+
+def mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
+    """A stage's memory metric: the max over samples (a peak is a peak); mean kept in details."""
+    metrics = [m[name] for m in per_sample]
+    values = [m.value for m in metrics if m.value is not None]
+    if len(values) != len(metrics):
+        first = next(m for m in metrics if m.value is None)
+        return Metric.missing(first.method, first.reason or "not measured")
+    return Metric(max(values), metrics[0].method, details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})
