@@ -4,6 +4,7 @@
 #   make selfbench  the tool's own benchmarks (load-generator overhead, vs upstream, measurement cost, ...)
 # Opt-in, never in `make test`/`make bench`/CI:
 #   make bench-full  builds the full-size fairseq models into the cache once (~1 GB), then measures them
+#   make bench-full-stream  full-size Qwen3-TTS behind s2st-serve: non-streaming baseline vs streaming candidate
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,7 +19,7 @@ TEST_WORKERS ?= auto
 BENCH_ARGS ?=
 SELFBENCH_ARGS ?=
 
-.PHONY: test bench selfbench bench-power bench-full install sysdeps clean
+.PHONY: test bench selfbench bench-power bench-full bench-full-stream install sysdeps clean
 
 install: $(STAMP)
 
@@ -79,6 +80,13 @@ bench-full: install
 	QWEN3TTS_FULL_DIR=$$($(PY) -c "from pytest_s2st.tiny.qwen_full import full_qwen3tts_dir; print(full_qwen3tts_dir())") \
 	  $(PY) -m pytest benchmarks/test_inference.py \
 	  $(foreach c,$(wildcard configs/full/*.yaml),--s2st-config $(c)) $(BENCH_ARGS)
+
+# full-size Qwen3-TTS (~2.5 GB, built once into the cache unless QWEN3TTS_FULL_DIR names a build) behind s2st-serve:
+# float32 vs bfloat16 step time, then the seed's flow -- the non-streaming baseline vs the --stream candidate under
+# the frozen policy, AB/BA over S2ST_FULL_STREAM_LEVELS (default c1; e.g. S2ST_FULL_STREAM_LEVELS=1,4). ~30 min at c1
+# on 2 cores; both servers hold the model at once (~2 x 4.3 GB in float32)
+bench-full-stream: install
+	S2ST_BENCH_FULL=1 S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size_stream.py -s $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .benchmarks .pytest_cache
