@@ -13,7 +13,8 @@ pytest_s2st.tiny.qwen_full (deterministic, ~2.5 GB; the pipeline checks every fi
   TTFA ratio, and the streamed-vs-non-streamed audio bound from the evidence WAVs (max |diff| in LSB, SNR).
 
 Knobs (environment): S2ST_FULL_STREAM_LEVELS (concurrency levels, default "1"), S2ST_FULL_MAX_NEW_TOKENS
-(codec frames, default 100 = 8 s at 12.5 frames/s: a random model rarely samples EOS), S2ST_FULL_DTYPE
+(codec frames, default 100 = 8 s at 12.5 frames/s: a random model rarely samples EOS), S2ST_FULL_WARMUP
+(warm-up requests per server, default 1), S2ST_FULL_DTYPE
 (default: the config's), S2ST_FULL_REPORT_DIR (JSON of each table).
 """
 from __future__ import annotations
@@ -170,7 +171,8 @@ def test_stream_candidate_vs_baseline(tmp_path):
     base["stage1"]["max_new_tokens"] = _max_new_tokens()
     if os.environ.get("S2ST_FULL_DTYPE"):
         base["stage1"]["dtype"] = os.environ["S2ST_FULL_DTYPE"]
-    base["general"].update(workload="wl.jsonl", concurrency=levels, warmup=1, request_timeout=1800)
+    base["general"].update(workload="wl.jsonl", concurrency=levels, warmup=int(os.environ.get("S2ST_FULL_WARMUP", "1")),
+                           request_timeout=3600)
     serve = base.pop("serve")
     cand = json.loads(json.dumps(base))
     base["general"]["name"], cand["general"]["name"] = "base", "stream"
