@@ -84,8 +84,8 @@ bench-full: install
 # full-size Qwen3-TTS (~2.5 GB, built once into the cache unless QWEN3TTS_FULL_DIR names a build) behind s2st-serve:
 # float32 vs bfloat16 step time, then the seed's flow -- the non-streaming baseline vs the --stream candidate under
 # the frozen policy, AB/BA over S2ST_FULL_STREAM_LEVELS (default c1; e.g. S2ST_FULL_STREAM_LEVELS=1,4). On 2 shared
-# cores a codec frame takes ~4 s: 100 frames (8 s of audio) x 4 requests is about an hour at c1 (S2ST_FULL_MAX_NEW_TOKENS,
-# S2ST_FULL_WARMUP shorten it); both servers hold the model at once (~2 x 4.5 GB in float32)
+# cores a codec frame takes 1-4 s: without warm-ups (S2ST_FULL_WARMUP=0) 100 frames (8 s of audio) took 6 min at c1,
+# with them twice that; both servers hold the model at once (up to 2 x ~5.5 GB in float32)
 bench-full-stream: install
 	S2ST_BENCH_FULL=1 S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size_stream.py -s $(BENCH_ARGS)
 
