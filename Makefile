@@ -87,7 +87,7 @@ bench-full: install
 # cores a codec frame takes 1-4 s: without warm-ups (S2ST_FULL_WARMUP=0) 100 frames (8 s of audio) took 6 min at c1,
 # with them twice that; both servers hold the model at once (up to 2 x ~5.5 GB in float32)
 bench-full-stream: install
-	S2ST_BENCH_FULL=1 S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size_stream.py -s $(BENCH_ARGS)
+	S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) $(PY) -m pytest benchmarks/test_full_size_stream.py -m fullsize -s $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .benchmarks .pytest_cache

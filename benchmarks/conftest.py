@@ -10,7 +10,7 @@ Two kinds of benchmark live here: the MODELS' (test_inference.py, test_service.p
 and opt-in groups (OPT_IN), each a marker deselected unless `-m` names a marker expression: the tool's own
 self-benchmarks (`selfbench`: load-generator overhead, memory and transport, the session vs upstream,
 measurement cost, import time; `make selfbench`, CI runs it), the compare's false-alarm and detection rates
-(`power`, hundreds of processes: `make bench-power`) and the full-size models (`fullsize`: `make bench-full`).
+(`power`, hundreds of processes: `make bench-power`) and the full-size models (`fullsize`: `make bench-full`, `make bench-full-stream`).
 Deselected, not skipped: the default run lists how many it left out, and `-m` runs them as they are.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ OPT_IN = {  # marker -> the benchmark modules it marks
     "selfbench": {"test_loadgen_overhead", "test_measurement_cost", "test_plugin_import", "test_vs_upstream",
                   "test_client_memory", "test_transport"},  # the tool itself, not a model
     "power": {"test_compare_power"},     # ~25 min: the compare's false-alarm and detection rates
-    "fullsize": {"test_full_size"},      # GB models, minutes per sample
+    "fullsize": {"test_full_size", "test_full_size_stream"},  # GB models, minutes per sample
 }
 DESCRIPTIONS = {
     "selfbench": "benchmarks pytest-s2st itself, not a model (make selfbench: -m selfbench)",

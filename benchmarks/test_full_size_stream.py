@@ -1,5 +1,5 @@
-"""Full-size Qwen3-TTS behind `s2st-serve` on CPU (issue 18 item 4, issue 17 item 7), opt-in:
-`make bench-full-stream` (S2ST_BENCH_FULL=1). The model: $QWEN3TTS_FULL_DIR, else the cached build of
+"""Full-size Qwen3-TTS behind `s2st-serve` on CPU (issue 18 item 4, issue 17 item 7), opt-in (marked
+`fullsize` by benchmarks/conftest.py, deselected unless -m selects): `make bench-full-stream`. The model: $QWEN3TTS_FULL_DIR, else the cached build of
 pytest_s2st.tiny.qwen_full (deterministic, ~2.5 GB; the pipeline checks every file's SHA256 at load).
 
 * test_talker_dtype_step_time: one process loads the model once and times, interleaved float32 / bfloat16 /
@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-FULL_ENV = "S2ST_BENCH_FULL"
-if os.environ.get(FULL_ENV) != "1":
-    pytest.skip(f"full-size benchmarks are opt-in: make bench-full-stream ({FULL_ENV}=1)", allow_module_level=True)
 pytest.importorskip("qwen_tts")
+
+from test_full_size import _report  # noqa: E402  (prints a table and keeps its JSON under $S2ST_FULL_REPORT_DIR)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "full" / "qwen3tts.yaml"
@@ -45,15 +44,6 @@ SERVICE_TEST = '''
 def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
     s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
 '''
-
-
-def _report(name: str, data) -> None:
-    print(f"{name}: {json.dumps(data, indent=1)}", flush=True)
-    folder = os.environ.get("S2ST_FULL_REPORT_DIR")
-    if folder:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, f"{name}.json"), "w") as f:
-            json.dump(data, f, indent=1)
 
 
 def _model_dir() -> str:
