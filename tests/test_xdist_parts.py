@@ -57,8 +57,9 @@ def test_two_workers_drive_one_level_merged_exactly(pytester):
     result, out = _run(pytester, "-p", "xdist", "-n", "2", "--dist", "loadgroup", "--s2st-requests=24", delay_s=0.02)
     assert result.parseoutcomes() == {"passed": 2}, out
     section = out.split("s2st: service (TTFA, RTF, latency per concurrency level)")[1].split("evidence (")[0]
-    table = [line for line in section.splitlines() if line.startswith("test_service[")]
-    assert [line.split()[0:2] for line in table] == [["test_service[callable-tone-c4]", "4"]], out  # ONE row
+    table = [line for line in section.splitlines() if line.startswith("test_service[") and line.split()[1].isdigit()]
+    # ONE row in each of the two service tables (latency; playback and load)
+    assert [line.split()[0:2] for line in table] == [["test_service[callable-tone-c4]", "4"]] * 2, out
     data = {b["fullname"]: b["extra_info"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
     merged = [e["s2st_service"] for e in data.values() if "s2st_service" in e]
     parts = [e["s2st_service_part"] for e in data.values() if "s2st_service_part" in e]
