@@ -88,6 +88,15 @@ def usable(values: object) -> list[float] | None:
     return out  # type: ignore[return-value]
 
 
+def _word(ratio: float, low: float, high: float) -> str:
+    """slower/faster only when the interval excludes 1 and the ratio is past the noise threshold."""
+    if low > 1 and ratio > 1 + NOISE:
+        return SLOWER
+    if high < 1 and ratio < 1 - NOISE:
+        return FASTER
+    return SAME
+
+
 def _count(values: object) -> int:
     return len(values) if isinstance(values, (list, tuple, np.ndarray)) else 0
 
@@ -113,12 +122,7 @@ def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
     new_means = n[rng.integers(0, n.size, (RESAMPLES, n.size))].mean(axis=1)
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = (float(v) for v in np.percentile(new_means / old_means, [tail, 100 - tail]))
-    if low > 1 and ratio > 1 + NOISE:
-        word = SLOWER
-    elif high < 1 and ratio < 1 - NOISE:
-        word = FASTER
-    else:
-        word = SAME
+    word = _word(ratio, low, high)
     return Change(ratio, low, high, word, rounds)
 
 
@@ -155,10 +159,5 @@ def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     centre = float(ln.mean() - lo_.mean())
     half = t975(df) * se
     low, high = float(np.exp(centre - half)), float(np.exp(centre + half))
-    if low > 1 and ratio > 1 + NOISE:
-        word = SLOWER
-    elif high < 1 and ratio < 1 - NOISE:
-        word = FASTER
-    else:
-        word = SAME
+    word = _word(ratio, low, high)
     return Change(ratio, low, high, word, runs=runs)
