@@ -20,7 +20,7 @@ The resampling is seeded: the same rounds always give the same interval.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -101,29 +101,40 @@ def _count(values: object) -> int:
     return len(values) if isinstance(values, (list, tuple, np.ndarray)) else 0
 
 
-def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
+def _sides(old: object, new: object, counted: str, usable_sides: Callable[[np.ndarray, np.ndarray], bool],
+           minimum: int, few: str) -> Change | tuple[np.ndarray, np.ndarray, float, dict]:
+    """The prologue both comparisons share: (old, new as float arrays, new mean / old mean, {counted: (old count,
+    new count)}) when an interval can be computed; else the Change that says why not -- a non-finite value, an
+    empty side or one ``usable_sides`` refuses (no ratio), fewer than ``minimum`` per side (the ratio, word ``few``)."""
     from .inputs import finite
 
     olds, news = usable(old), usable(new)
-    rounds = (_count(old), _count(new))
+    counts = {counted: (_count(old), _count(new))}
     if olds is None or news is None:
-        return Change(None, word=NOT_FINITE, rounds=rounds)
+        return Change(None, word=NOT_FINITE, **counts)
     o = np.asarray(olds, dtype=np.float64)
     n = np.asarray(news, dtype=np.float64)
-    if o.size == 0 or n.size == 0 or not o.mean() > 0:
-        return Change(None, rounds=rounds)
+    if o.size == 0 or n.size == 0 or not usable_sides(o, n):
+        return Change(None, **counts)
     ratio = finite(float(n.mean() / o.mean()))
     if ratio is None:
-        return Change(None, word=NOT_FINITE, rounds=rounds)
-    if o.size < MIN_ROUNDS or n.size < MIN_ROUNDS:
-        return Change(ratio, rounds=rounds)
+        return Change(None, word=NOT_FINITE, **counts)
+    if o.size < minimum or n.size < minimum:
+        return Change(ratio, word=few, **counts)
+    return o, n, ratio, counts
+
+
+def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
+    sides = _sides(old, new, "rounds", lambda o, n: o.mean() > 0, MIN_ROUNDS, TOO_FEW)
+    if isinstance(sides, Change):
+        return sides
+    o, n, ratio, counts = sides
     rng = np.random.default_rng(SEED)
     old_means = o[rng.integers(0, o.size, (RESAMPLES, o.size))].mean(axis=1)
     new_means = n[rng.integers(0, n.size, (RESAMPLES, n.size))].mean(axis=1)
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = (float(v) for v in np.percentile(new_means / old_means, [tail, 100 - tail]))
-    word = _word(ratio, low, high)
-    return Change(ratio, low, high, word, rounds)
+    return Change(ratio, low, high, _word(ratio, low, high), **counts)
 
 
 def t975(df: float) -> float:
@@ -136,21 +147,10 @@ def t975(df: float) -> float:
 
 def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs."""
-    from .inputs import finite
-
-    olds, news = usable(old), usable(new)
-    runs = (_count(old), _count(new))
-    if olds is None or news is None:
-        return Change(None, word=NOT_FINITE, runs=runs)
-    o = np.asarray(olds, dtype=np.float64)
-    n = np.asarray(news, dtype=np.float64)
-    if o.size == 0 or n.size == 0 or (o <= 0).any() or (n <= 0).any():
-        return Change(None, runs=runs)
-    ratio = finite(float(n.mean() / o.mean()))
-    if ratio is None:
-        return Change(None, word=NOT_FINITE, runs=runs)
-    if o.size < MIN_RUNS or n.size < MIN_RUNS:
-        return Change(ratio, word=CANNOT_TELL, runs=runs)
+    sides = _sides(old, new, "runs", lambda o, n: (o > 0).all() and (n > 0).all(), MIN_RUNS, CANNOT_TELL)
+    if isinstance(sides, Change):
+        return sides
+    o, n, ratio, counts = sides
     lo_, ln = np.log(o), np.log(n)
     vo, vn = lo_.var(ddof=1) / o.size, ln.var(ddof=1) / n.size
     se = float(np.sqrt(vo + vn))
@@ -159,5 +159,4 @@ def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     centre = float(ln.mean() - lo_.mean())
     half = t975(df) * se
     low, high = float(np.exp(centre - half)), float(np.exp(centre + half))
-    word = _word(ratio, low, high)
-    return Change(ratio, low, high, word, runs=runs)
+    return Change(ratio, low, high, _word(ratio, low, high), **counts)

@@ -455,3 +455,35 @@ def test_failure_after_streaming_started_is_an_sse_error_event(monkeypatch):
     events = parse_sse(raw)
     assert status == 200 and [e["type"] for e in events] == ["audio", "error"]
     assert "hash unit on fire" in events[-1]["message"]
+
+
+def test_streaming_failure_after_the_first_chunk_is_told_in_band_where_the_protocol_can():
+    """The model dies after its first chunk went out: own SSE and OpenAI SSE end with an error event, raw PCM
+    (no place for one) just ends after the audio sent; each counts as failed, none as served."""
+    def stream(req, emit):
+        emit(np.full(10, 0.5, np.float32), 8000)
+        raise RuntimeError("decoder died")
+
+    async def main():
+        runner, base = await started(lambda req: (np.zeros(1, np.float32), 8000), stream=stream)
+        out = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for body in ({"text": "x"}, {"input": "x", "stream_format": "sse", "response_format": "pcm"},
+                             {"input": "x", "stream_format": "audio", "response_format": "pcm"}):
+                    async with s.post(base + "/v1/audio/speech", json=body) as r:
+                        out.append((r.status, await r.read()))
+                async with s.get(base + "/health") as r:
+                    health = await r.json()
+        finally:
+            await runner.cleanup()
+        return out, health
+
+    (own, openai_sse, raw), health = run(main())
+    assert own[0] == 200 and [e["type"] for e in parse_sse(own[1])] == ["audio", "error"]
+    assert parse_sse(own[1])[-1]["message"] == "RuntimeError: decoder died"
+    assert openai_sse[0] == 200 and [e["type"] for e in parse_sse(openai_sse[1])] == ["speech.audio.delta", "error"]
+    assert parse_sse(openai_sse[1])[-1]["message"] == "RuntimeError: decoder died"
+    pcm = np.full(10, 16384, "<i2").tobytes()  # 0.5 of full scale (2**15), as to_pcm16 writes it
+    assert raw == (200, pcm)
+    assert (health["failed"], health["served"]) == (3, 0)

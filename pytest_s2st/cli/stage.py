@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from ..errors import S2STError
+
+T = TypeVar("T")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,28 +39,21 @@ def main(argv: list[str] | None = None) -> int:
         return _stage_full(args)
     from ..tiny import fairseq_tiny
 
-    try:
-        if args.out.exists() and not args.out.is_dir():
-            raise S2STError(f"{args.out}: exists and is not a directory")
-        seed = fairseq_tiny.SEED if args.seed is None else args.seed
+    def build(seed: int) -> tuple[dict, tuple[Path, Path] | None]:
         result = fairseq_tiny.stage_all(args.out, seed=seed)
-        qwen = None if args.no_qwen else _stage_qwen(Path(result["out_dir"]))
-    except S2STError as exc:
-        print(f"s2st-stage: error: {exc}", file=sys.stderr)
+        return result, None if args.no_qwen else _stage_qwen(Path(result["out_dir"]))
+
+    staged = _staged(args, fairseq_tiny.SEED, build)
+    if staged is None:
         return 2
-    except OSError as exc:
-        print(f"s2st-stage: error: {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+    (result, qwen), seed = staged
     out = Path(result["out_dir"])
     print(f"staged into {out} (seed {seed})")
     print(f"{'model':<14} {'KiB':>7} {'build s':>8}  sha256")
     for name, m in result["models"].items():
         print(f"{name:<14} {m['bytes'] / 1024:>7.1f} {m['build_s']:>8.2f}  {m['sha256']}  "
               f"{Path(m['path']).relative_to(out)}")
-    for name, p in result["datasets"].items():
-        print(f"dataset {name:<8} {Path(p).relative_to(out)}")
-    for name, p in result["configs"].items():
-        print(f"config  {name:<11} {Path(p).relative_to(out)}")
+    _print_files(result, out, 8, 11)
     if qwen is not None:
         model_dir, config = qwen
         print(f"qwen3tts       {sum(f.stat().st_size for f in model_dir.rglob('*') if f.is_file()) / 1024:>7.1f}"
@@ -66,20 +62,37 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _stage_full(args: argparse.Namespace) -> int:
-    from ..tiny import fairseq_full
+def _print_files(result: dict, out: Path, dataset_width: int, config_width: int) -> None:
+    """The staged datasets and configs, one line each, relative to OUT."""
+    for name, p in result["datasets"].items():
+        print(f"dataset {name:<{dataset_width}} {Path(p).relative_to(out)}")
+    for name, p in result["configs"].items():
+        print(f"config  {name:<{config_width}} {Path(p).relative_to(out)}")
 
+
+def _staged(args: argparse.Namespace, default_seed: int, build: Callable[[int], T]) -> tuple[T, int] | None:
+    """(build(seed), seed) with --seed or the builder's default; None once a refusal (OUT is a file, a builder's
+    S2STError, an OSError) has been printed as one line on stderr."""
     try:
         if args.out.exists() and not args.out.is_dir():
             raise S2STError(f"{args.out}: exists and is not a directory")
-        seed = fairseq_full.SEED if args.seed is None else args.seed
-        result = fairseq_full.stage_full(args.out, seed=seed, qwen=not args.no_qwen)
+        seed = default_seed if args.seed is None else args.seed
+        return build(seed), seed
     except S2STError as exc:
         print(f"s2st-stage: error: {exc}", file=sys.stderr)
-        return 2
     except OSError as exc:
         print(f"s2st-stage: error: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+    return None
+
+
+def _stage_full(args: argparse.Namespace) -> int:
+    from ..tiny import fairseq_full
+
+    staged = _staged(args, fairseq_full.SEED, lambda seed: fairseq_full.stage_full(args.out, seed=seed,
+                                                                                  qwen=not args.no_qwen))
+    if staged is None:
         return 2
+    result, seed = staged
     out = Path(result["out_dir"])
     print(f"staged full-size models into {out} (seed {seed})")
     print(f"{'model':<20} {'MiB':>7} {'build s':>8} {'params':>12} {'released':>12}  sha256")
@@ -87,10 +100,7 @@ def _stage_full(args: argparse.Namespace) -> int:
         released = f"{m['released']:,}" if m["released"] else "unpublished"
         print(f"{name:<20} {m['bytes'] / 2**20:>7.1f} {m['build_s']:>8.2f} {m['params']:>12,} {released:>12}  "
               f"{m['sha256']}  {Path(m['path']).relative_to(out)}")
-    for name, p in result["datasets"].items():
-        print(f"dataset {name:<10} {Path(p).relative_to(out)}")
-    for name, p in result["configs"].items():
-        print(f"config  {name:<15} {Path(p).relative_to(out)}")
+    _print_files(result, out, 10, 15)
     for name, entry in (result["qwen3tts"] or {}).items():
         print(f"qwen3tts {name}: {entry}")
     return 0

@@ -307,14 +307,20 @@ class _SpeechApp:
         except ConnectionError:
             return response  # client went away mid-stream; nothing left to tell it
         except Exception as exc:  # headers already sent: report in-band
-            self.state["failed"] += 1
-            try:
-                await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
-                await response.write_eof()
-            except ConnectionError:
-                pass
-            return response
+            return await self._fail_in_band(response, exc, sse=True)
         self.state["served"] += 1
+        return response
+
+    async def _fail_in_band(self, response: web.StreamResponse, exc: Exception, sse: bool) -> web.StreamResponse:
+        """A failure after the headers went out: counted, told as an SSE error event where the protocol has one
+        (raw PCM has none), and the stream ended; a client already gone is left alone."""
+        self.state["failed"] += 1
+        try:
+            if sse:
+                await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
+            await response.write_eof()
+        except ConnectionError:
+            pass
         return response
 
     @staticmethod
@@ -387,15 +393,8 @@ class _SpeechApp:
             job.future.cancel()
             raise
         except Exception as exc:  # headers already sent: report in-band where the protocol can
-            self.state["failed"] += 1
             job.future.cancel()
-            try:
-                if sse:
-                    await response.write(sse_event({"type": "error", "message": f"{type(exc).__name__}: {exc}"}))
-                await response.write_eof()
-            except ConnectionError:
-                pass
-            return response
+            return await self._fail_in_band(response, exc, sse)
         self.state["served"] += 1
         return response
 
