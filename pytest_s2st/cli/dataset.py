@@ -22,16 +22,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import S2STError
+from ..inputs import show
+from .args import OneLineParser, int_in, path_arg, refuse
 
 PROG = "s2st-dataset"
 SUBSET_NAMES = ("random", "short", "long")
-
-
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line on stderr, exit code 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+MAX_RANDOM_BYTES = 2**31  # `random`: the float32 features it may hold in memory and write, at the longest T
 
 
 def subset_file_name(kind: str, token: str = "") -> str:
@@ -189,13 +185,7 @@ def write_subsets(samples: list[dict], out: Path, *, n: int = 500, seed: int = 1
 # ---------------------------------------------------------------- commands
 
 
-def _positive(value: int | None, option: str) -> None:
-    if value is not None and value <= 0:
-        raise S2STError(f"{option} must be a positive integer, got {value}")
-
-
 def _cmd_subsets(a: argparse.Namespace) -> None:
-    _positive(a.n, "--n")
     if a.npy is not None:
         if a.subset or a.task or a.config_yaml:
             raise S2STError("--subset/--task/--config-yaml go with --data, not with --npy")
@@ -213,10 +203,11 @@ def _cmd_subsets(a: argparse.Namespace) -> None:
 def _cmd_random(a: argparse.Namespace) -> None:
     from ..datasets import generate_random_dataset
 
-    for option, value in (("--n", a.n), ("--feat-dim", a.feat_dim), ("--min-len", a.min_len), ("--max-len", a.max_len)):
-        _positive(value, option)
     if a.max_len < a.min_len:
         raise S2STError(f"--max-len {a.max_len} is below --min-len {a.min_len}")
+    if a.n * a.max_len * a.feat_dim * 4 > MAX_RANDOM_BYTES:
+        raise S2STError(f"--n {a.n} x --max-len {a.max_len} x --feat-dim {a.feat_dim} float32: up to "
+                        f"{a.n * a.max_len * a.feat_dim * 4:,} bytes, over the {MAX_RANDOM_BYTES:,} this command writes")
     if a.out.exists() and a.out.is_dir():
         raise S2STError(f"{a.out}: --out is a directory, expected a .npy file path")
     if not a.out.parent.is_dir():
@@ -232,36 +223,44 @@ def _cmd_stats(a: argparse.Namespace) -> None:
     print(stats_line(str(a.file), load_npy_dataset(a.file)))
 
 
+def _token(value: str) -> str:
+    """--dataset-save-token: part of a file name inside --out, so no separator, no NUL, nothing non-printable."""
+    if any(c in value for c in "/\\") or not value.isprintable() or len(value) > 100:
+        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': the token goes into a file name inside --out: "
+                                         "printable, no / or \\, at most 100 characters")
+    return value
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Benchmark npy datasets as upstream fairseq benchmarking/data_utils.py "
+    parser = OneLineParser(prog=PROG, description="Benchmark npy datasets as upstream fairseq benchmarking/data_utils.py "
                                             "makes them: random/short/long subsets, random data, stats.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{subsets,random,stats}")
 
     p = sub.add_parser("subsets", help="write random_/short_/long_ subsets of a fairseq subset or an npy dataset")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", type=Path, help="fairseq data dir (with config.yaml and dict for speech tasks)")
-    src.add_argument("--npy", type=Path, help="existing npy dataset to take the subsets from")
+    src.add_argument("--data", type=path_arg, help="fairseq data dir (with config.yaml and dict for speech tasks)")
+    src.add_argument("--npy", type=path_arg, help="existing npy dataset to take the subsets from")
     p.add_argument("--subset", help="fairseq subset to load, e.g. test (with --data)")
     p.add_argument("--task", help="fairseq task, e.g. speech_to_text (with --data)")
     p.add_argument("--config-yaml", default=None, help="config yaml relative to --data (default config.yaml)")
-    p.add_argument("--n", type=int, default=500, help="samples per subset (default 500)")
+    p.add_argument("--n", type=int_in(1), default=500, help="samples per subset (default 500)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random subset (default 1)")
-    p.add_argument("--dataset-save-token", default="", help="TOKEN in the file names: random_dataset_TOKEN_w_ids.npy")
-    p.add_argument("--ref-dataset", type=Path, help="npy dataset: keep only the samples whose id is in it")
-    p.add_argument("--out", type=Path, required=True, help="directory the three subsets are written to")
+    p.add_argument("--dataset-save-token", type=_token, default="", help="TOKEN in the file names: random_dataset_TOKEN_w_ids.npy")
+    p.add_argument("--ref-dataset", type=path_arg, help="npy dataset: keep only the samples whose id is in it")
+    p.add_argument("--out", type=path_arg, required=True, help="directory the three subsets are written to")
     p.set_defaults(run=_cmd_subsets)
 
     p = sub.add_parser("random", help="generate a random npy dataset (src_tokens 1 x T x feat-dim)")
-    p.add_argument("--n", type=int, required=True, help="number of samples")
-    p.add_argument("--feat-dim", type=int, default=80, help="feature dim D (default 80)")
-    p.add_argument("--min-len", type=int, default=50, help="shortest T (default 50)")
-    p.add_argument("--max-len", type=int, default=200, help="longest T (default 200)")
-    p.add_argument("--seed", type=int, default=1, help="seed (default 1)")
-    p.add_argument("--out", type=Path, required=True, help="output .npy file")
+    p.add_argument("--n", type=int_in(1), required=True, help="number of samples")
+    p.add_argument("--feat-dim", type=int_in(1), default=80, help="feature dim D (default 80)")
+    p.add_argument("--min-len", type=int_in(1), default=50, help="shortest T (default 50)")
+    p.add_argument("--max-len", type=int_in(1), default=200, help="longest T (default 200)")
+    p.add_argument("--seed", type=int_in(0), default=1, help="seed, 0 or more (default 1)")
+    p.add_argument("--out", type=path_arg, required=True, help="output .npy file")
     p.set_defaults(run=_cmd_random)
 
     p = sub.add_parser("stats", help="print max/min/avg src_lengths of an npy dataset")
-    p.add_argument("file", type=Path, help="npy dataset")
+    p.add_argument("file", type=path_arg, help="npy dataset")
     p.set_defaults(run=_cmd_stats)
     return parser
 
@@ -274,11 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.run(args)
     except S2STError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return refuse(PROG, exc)
     except OSError as exc:
-        print(f"{PROG}: error: {getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return refuse(PROG, f"{getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}")
     return 0
 
 

@@ -22,6 +22,13 @@ from typing import Any
 
 from ..assets import sha256_file
 from ..errors import S2STError
+from ..inputs import show
+from ..service.stream import MAX_FRAMES
+from .args import OneLineParser, float_in, int_in, path_arg, refuse
+
+PROG = "s2st-serve"
+MAX_THREADS = 4096
+MAX_DELAY_S = 3600.0  # --demo-delay-s: an hour of simulated model time per request is already no benchmark
 
 
 def _git(*args: str) -> str | None:
@@ -63,27 +70,50 @@ def _threads(asked: int | None) -> dict[str, Any]:
     return out
 
 
+def _device(value: str) -> str:
+    """--device: checked while parsing (the demo tone ignores it, a case resolves it later)."""
+    from ..measure.device import CHOICES, _parse
+
+    try:
+        _parse(value)
+    except S2STError:
+        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': expected one of {', '.join(CHOICES)} "
+                                         "(cuda/npu may take :N)") from None
+    return value
+
+
+def _check_identity_output(path: Path | None) -> None:
+    """Refused before the server starts rather than once it listens: a directory, or a file in no directory."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise S2STError(f"--identity-output {path}: is a directory")
+    if not path.parent.is_dir():
+        raise S2STError(f"--identity-output {path}: directory {path.parent} not found")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="s2st-serve", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--case", type=Path, help="a resolved case as JSON (Case.to_dict), e.g. written by pytest")
-    src.add_argument("--s2st-config", type=Path, help="benchmark YAML whose pipeline ends in speech")
+    src.add_argument("--case", type=path_arg, help="a resolved case as JSON (Case.to_dict), e.g. written by pytest")
+    src.add_argument("--s2st-config", type=path_arg, help="benchmark YAML whose pipeline ends in speech")
     src.add_argument("--demo-tone", action="store_true", help="no model: a deterministic sine per request")
-    p.add_argument("--port", type=int, required=True, help="TCP port (0: any free port, see the identity file)")
+    p.add_argument("--port", type=int_in(0, 65535), required=True, help="TCP port (0: any free port, see the identity file)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
-    p.add_argument("--identity-output", type=Path, help="write the server identity JSON here")
-    p.add_argument("--queue-size", type=int, default=8, help="requests that may wait for the model (default 8)")
-    p.add_argument("--chunk-samples", type=int, default=4800, help="PCM samples per SSE audio event")
+    p.add_argument("--identity-output", type=path_arg,
+                   help="write the server identity JSON here (its directory must exist)")
+    p.add_argument("--queue-size", type=int_in(1), default=8, help="requests that may wait for the model (default 8)")
+    p.add_argument("--chunk-samples", type=int_in(1), default=4800, help="PCM samples per SSE audio event")
     p.add_argument("--served-model-name", nargs="+", metavar="NAME",
                    help="the model id(s) GET /v1/models lists and an OpenAI request's \"model\" may name, as "
                         "vLLM's flag (default: the case id, or demo-tone); another name is answered 404")
-    p.add_argument("--device", help="cpu | cuda | npu | auto (default: the case's device setting)")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: the case's threads setting)")
-    p.add_argument("--demo-delay-s", type=float, default=0.0, help="--demo-tone: seconds of simulated model time")
+    p.add_argument("--device", type=_device, help="cpu | cuda | npu | auto (default: the case's device setting)")
+    p.add_argument("--threads", type=int_in(1, MAX_THREADS), help="torch intra-op threads (default: the case's threads setting)")
+    p.add_argument("--demo-delay-s", type=float_in(0.0, MAX_DELAY_S), default=0.0, help="--demo-tone: seconds of simulated model time")
     p.add_argument("--stream", action="store_true",
                    help="decode in chunks and send each as soon as it is decoded (also: serve.stream: true)")
-    p.add_argument("--stream-chunk-frames", type=int, help="codec frames per streamed chunk (default: serve.chunk_frames, 12)")
-    p.add_argument("--stream-left-context", type=int,
+    p.add_argument("--stream-chunk-frames", type=int_in(1, MAX_FRAMES), help="codec frames per streamed chunk (default: serve.chunk_frames, 12)")
+    p.add_argument("--stream-left-context", type=int_in(0, MAX_FRAMES),
                    help="frames of left context decoded before each chunk (default: serve.left_context_frames, 25)")
     return p
 
@@ -168,10 +198,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         check_loopback(args.host)
-        if args.queue_size < 1 or args.chunk_samples < 1:
-            raise S2STError("--queue-size and --chunk-samples must be >= 1")
         if args.served_model_name and not all(name.strip() for name in args.served_model_name):
             raise S2STError(f"--served-model-name {args.served_model_name!r}: names must not be empty")
+        _check_identity_output(args.identity_output)
         synth, model_identity, close, stream = _build(args)
         identity = {"code": code_identity(), **model_identity}
         try:
@@ -181,12 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                        stream=stream[0] if stream else None, stream_options=stream[1] if stream else None)
         finally:
             close()
-    except S2STError as exc:
-        print(f"s2st-serve: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # e.g. the port is taken
-        print(f"s2st-serve: error: {exc}", file=sys.stderr)
-        return 2
+    except (S2STError, OSError) as exc:  # OSError: e.g. the port is taken
+        return refuse(PROG, exc)
     return 0
 
 

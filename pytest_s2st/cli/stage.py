@@ -15,17 +15,21 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import S2STError
+from .args import OneLineParser, int_in, path_arg, refuse
 
 T = TypeVar("T")
+PROG = "s2st-stage"
+MAX_SEED = 2**32 - 1  # np.random.seed's range (the builders seed numpy and torch with it)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="s2st-stage",
+    parser = OneLineParser(
+        prog=PROG,
         description="Build tiny real fairseq models (S2T, MT, TTS, S2S, S2UT + vocoders), a speech npy "
                     "dataset, text datasets and one ready-to-run config per model type into OUT.")
-    parser.add_argument("out", type=Path, help="output directory (created; existing files are overwritten)")
-    parser.add_argument("--seed", type=int, default=None, help="seed (default: the embedded default's)")
+    parser.add_argument("out", type=path_arg, help="output directory (created; existing files are overwritten)")
+    parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=None,
+                        help=f"seed, 0 to {MAX_SEED} as numpy takes it (default: the embedded default's)")
     parser.add_argument("--no-qwen", action="store_true", help="skip the Qwen3-TTS model even when qwen-tts is installed")
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny",
                         help="tiny (default): small real models for tests; full: the released architectures at "
@@ -76,12 +80,13 @@ def _staged(args: argparse.Namespace, default_seed: int, build: Callable[[int], 
     try:
         if args.out.exists() and not args.out.is_dir():
             raise S2STError(f"{args.out}: exists and is not a directory")
+        args.out.mkdir(parents=True, exist_ok=True)  # a parent that is a file: refused before any model is built
         seed = default_seed if args.seed is None else args.seed
         return build(seed), seed
     except S2STError as exc:
-        print(f"s2st-stage: error: {exc}", file=sys.stderr)
+        refuse(PROG, exc)
     except OSError as exc:
-        print(f"s2st-stage: error: {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        refuse(PROG, f"{args.out}: {exc.strerror or exc}")
     return None
 
 

@@ -93,7 +93,7 @@ class NpuDevice(_TorchAccelerator):
 
 def _parse(asked: str) -> tuple[str, int | None]:
     kind, _, idx = str(asked).strip().lower().partition(":")
-    if kind not in CHOICES or (idx and (kind in ("auto", "cpu") or not idx.isdigit())):
+    if kind not in CHOICES or (idx and (kind in ("auto", "cpu") or not idx.isdecimal())):  # "²" is a digit int() refuses
         raise S2STError(f"--s2st-device={asked}: expected one of {', '.join(CHOICES)} (cuda/npu may take :N)")
     return kind, int(idx) if idx else None
 
