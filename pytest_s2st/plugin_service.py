@@ -187,6 +187,46 @@ def _level_part(request: pytest.FixtureRequest) -> tuple[int, int] | None:
     return parse_part_id(value) if isinstance(value, str) else None
 
 
+class _Part:
+    """Part k of N of one level, as this item drives it: its id, its share of the load and how it meets the others."""
+
+    def __init__(self, request: pytest.FixtureRequest, part: tuple[int, int], concurrency: int, level: Path,
+                 settings: Any, case_id: str, benchmark: Any) -> None:
+        from .service.parts import part_concurrency, part_id
+
+        state = session_of(request.config)
+        self.request, self.benchmark, self.state = request, benchmark, state
+        self.index, self.count = part
+        self.pid = part_id(self.index, self.count)
+        self.concurrency, self.level, self.settings, self.case_id = concurrency, level, settings, case_id
+        try:
+            self.sub = part_concurrency(concurrency, self.count, state.source("level_parts"))
+        except S2STError as exc:
+            fail(exc)
+        self.wait = float(state.option("level_parts_wait"))
+        self.concurrent = state.worker is not None  # under xdist: the parts run at once on N workers
+        self.part_settings = dict(settings)
+        self.rate = float(settings.get("request_rate") or "inf")
+        if self.rate != float("inf"):  # open loop: the level's rate, shared by its parts
+            self.part_settings["request_rate"] = self.rate / self.count
+
+    @property
+    def merges(self) -> bool:
+        """Part 1 merges when the parts run at once; the last one when they run one after another."""
+        return self.index == 1 if self.concurrent else self.index == self.count
+
+    def record(self, data: dict, key: str = "s2st_service_part") -> None:
+        from .session import SERVICE_KEY
+
+        self.request.node.stash[SERVICE_KEY] = data
+        self.benchmark.extra_info[key] = data
+
+    def not_driven(self, reasons: list[str], data: dict | None = None) -> None:
+        stub = dict(data or {"concurrency": self.concurrency, "case": self.case_id})
+        stub.update(level_part=self.pid, parts_reasons=reasons)
+        self.record(stub)
+
+
 def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Service, workload: list[dict],
               concurrency: int, level: Path, settings: Any, targets: Any, policy: Any, case_id: str, timed: Any,
               benchmark: Any) -> Any:
@@ -197,107 +237,131 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
     all N arrived, every part drives part 1's server, and part 1 waits for the others to finish and merges.
     Without workers (-n 0) the parts run one after another, without a rendezvous; the last one merges, and
     the level is INCONCLUSIVE: it was not driven at its concurrency."""
-    import time
-
-    from .service.bench import level_bound_s, run_level
-    from .service.parts import (METHOD, mark, merge_parts, part_concurrency, part_id, release_at, rotate,
-                                sleep_until, wait_for, write_merged)
-    from .session import SERVICE_KEY
+    from .service.parts import merge_parts, part_id
 
     state = session_of(request.config)
-    index, count = part
-    pid = part_id(index, count)
     if policy is not None:
         fail(f"{request.node.nodeid}: the quality gate judges whole levels from one client; it does not run "
-             f"with {state.source('level_parts')} {count} (set it to 1 for gated tests)")
+             f"with {state.source('level_parts')} {part[1]} (set it to 1 for gated tests)")
+    p = _Part(request, part, concurrency, level, settings, case_id, benchmark)
     try:
-        sub = part_concurrency(concurrency, count, state.source("level_parts"))
-    except S2STError as exc:
-        fail(exc)
-    wait = float(state.option("level_parts_wait"))
-    concurrent = state.worker is not None
-    part_settings = dict(settings)
-    rate = float(settings.get("request_rate") or "inf")
-    if rate != float("inf"):  # open loop: the level's rate, shared by its parts
-        part_settings["request_rate"] = rate / count
-
-    def not_driven(reasons: list[str], data: dict | None = None) -> None:
-        stub = dict(data or {"concurrency": concurrency, "case": case_id})
-        stub.update(level_part=pid, parts_reasons=reasons)
-        request.node.stash[SERVICE_KEY] = stub
-        benchmark.extra_info["s2st_service_part"] = stub
-
-    try:
-        if concurrent:
-            from .service import client  # noqa: F401  -- imported before the rendezvous, not after it
-            mark(level, index, count, "ready", {"worker": state.worker, "endpoint": service.endpoint,
-                                                 "identity": service.identity, "external": service.external,
-                                                 "wall": time.time()})
-            ready, missing = wait_for(level, count, "ready", wait)
-            if missing:
-                not_driven([f"c{concurrency} part {pid}: {', '.join(missing)} did not arrive within {wait:g} s "
-                            f"({state.source('level_parts_wait')}); the level was not driven"])
+        if p.concurrent:
+            service = _rendezvous(p, service)
+            if service is None:
                 return None
-            leader = ready[1]
-            if leader["endpoint"] != service.endpoint:  # every part loads the same server: part 1's
-                service = Service(leader["endpoint"], leader.get("identity"))
-            sleep_until(release_at(ready))
-        result, data = run_level(service, rotate(workload, index, count), sub, level / pid, part_settings, targets,
-                                 None, timed)
-        data.update(case=case_id, level_part=pid, level_concurrency=concurrency)
-        if state.worker:
-            data["xdist_worker"] = state.worker
-        mark(level, index, count, "done", data)
-        merges = index == 1 if concurrent else index == count
-        if not merges:
-            request.node.stash[SERVICE_KEY] = data
-            benchmark.extra_info["s2st_service_part"] = data
+        result, data = _drive_part(p, service, workload, targets, timed)
+        if not p.merges:
+            p.record(data)
             return result
-        n = settings.get("requests") or len(workload)
-        done, missing = wait_for(level, count, "done", wait + level_bound_s(part_settings, n, sub) if concurrent
-                                 else 0.0)
-        if missing:
-            why = (f"did not finish within {wait + level_bound_s(part_settings, n, sub):.0f} s" if concurrent
-                   else "did not run before it in this session")
-            not_driven([f"c{concurrency}: part(s) {', '.join(missing)} {why}; no merged level"], data)
+        done = _await_parts(p, workload, data)
+        if done is None:
             return result
-        records, summary, facts = merge_parts([(part_id(k, count), level / part_id(k, count), sub)
-                                               for k in range(1, count + 1)], targets)
+        records, summary, facts = merge_parts([(part_id(k, p.count), level / part_id(k, p.count), p.sub)
+                                               for k in range(1, p.count + 1)], targets)
     except S2STError as exc:
         fail(exc)
-    from .service.client import set_rates
+    merged = _merged_level(p, data, done, records, summary, facts)
+    _write_merged_level(p, records, summary, merged)
+    return result
 
-    set_rates(summary, records, summary["n"], summary["wall_s"], rate)  # requests sent, as one process counts them
+
+def _rendezvous(p: _Part, service: Service) -> Service | None:
+    """Under xdist: say this part is ready, wait (bounded) until all N are, and return the server every part drives
+    (part 1's), at the common release instant; None when a part did not arrive (recorded as not driven)."""
+    import time
+
+    from .service import client  # noqa: F401  -- imported before the rendezvous, not after it
+    from .service.parts import mark, release_at, sleep_until, wait_for
+
+    mark(p.level, p.index, p.count, "ready", {"worker": p.state.worker, "endpoint": service.endpoint,
+                                               "identity": service.identity, "external": service.external,
+                                               "wall": time.time()})
+    ready, missing = wait_for(p.level, p.count, "ready", p.wait)
+    if missing:
+        p.not_driven([f"c{p.concurrency} part {p.pid}: {', '.join(missing)} did not arrive within {p.wait:g} s "
+                      f"({p.state.source('level_parts_wait')}); the level was not driven"])
+        return None
+    leader = ready[1]
+    if leader["endpoint"] != service.endpoint:  # every part loads the same server: part 1's
+        service = Service(leader["endpoint"], leader.get("identity"))
+    sleep_until(release_at(ready))
+    return service
+
+
+def _drive_part(p: _Part, service: Service, workload: list[dict], targets: Any, timed: Any) -> tuple[Any, dict]:
+    """This part's own load: its rotation of the workload at c/N into <level>/p<k>of<N>, then marked done."""
+    from .service.bench import run_level
+    from .service.parts import mark, rotate
+
+    result, data = run_level(service, rotate(workload, p.index, p.count), p.sub, p.level / p.pid, p.part_settings,
+                             targets, None, timed)
+    data.update(case=p.case_id, level_part=p.pid, level_concurrency=p.concurrency)
+    if p.state.worker:
+        data["xdist_worker"] = p.state.worker
+    mark(p.level, p.index, p.count, "done", data)
+    return result, data
+
+
+def _await_parts(p: _Part, workload: list[dict], data: dict) -> dict | None:
+    """On the merging part: every part's done record (waited for, bounded, when they run at once); None when one is
+    missing (recorded as not driven, no merged level)."""
+    from .service.bench import level_bound_s
+    from .service.parts import wait_for
+
+    n = p.settings.get("requests") or len(workload)
+    done, missing = wait_for(p.level, p.count, "done", p.wait + level_bound_s(p.part_settings, n, p.sub)
+                             if p.concurrent else 0.0)
+    if missing:
+        why = (f"did not finish within {p.wait + level_bound_s(p.part_settings, n, p.sub):.0f} s" if p.concurrent
+               else "did not run before it in this session")
+        p.not_driven([f"c{p.concurrency}: part(s) {', '.join(missing)} {why}; no merged level"], data)
+        return None
+    return done
+
+
+def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict, facts: list[dict]) -> dict:
+    """The merged level's service record: the union's summary (rates as one process counts them), the parts'
+    facts, and why it is INCONCLUSIVE when the parts ran one after another."""
+    from .service.client import set_rates
+    from .service.parts import METHOD, part_id
+
+    set_rates(summary, records, summary["n"], summary["wall_s"], p.rate)  # requests sent, as one process counts them
     starts = [f["measured_start_s"] for f in facts]
     merged = {
-        "concurrency": concurrency,
+        "concurrency": p.concurrency,
         "endpoint": data["endpoint"],
         "external": bool(data["external"]),
         "streaming": data["streaming"],
         "protocol": data["protocol"],
-        "evidence_dir": str(level),
+        "evidence_dir": str(p.level),
         "identity": data["identity"],
         "summary": summary,
         "timed_out": any(f["timed_out"] for f in facts),
         "methods": {**data["methods"], "level_parts": METHOD},
-        "failed": [{"id": f"{part_id(k, count)}-{f['id']}", "error": f.get("error")}
+        "failed": [{"id": f"{part_id(k, p.count)}-{f['id']}", "error": f.get("error")}
                    for k in sorted(done) for f in done[k].get("failed") or []],
-        "level_parts": count,
-        "concurrent": concurrent,
+        "level_parts": p.count,
+        "concurrent": p.concurrent,
         "start_spread_s": max(starts) - min(starts),
         "parts": [{**f, "xdist_worker": done[k].get("xdist_worker")} for k, f in zip(sorted(done), facts)],
-        "case": case_id,
+        "case": p.case_id,
     }
-    if not concurrent:
-        merged["parts_reasons"] = [f"c{concurrency} ran as {count} parts of c{sub} one after another (no xdist "
-                                   f"workers): it was not driven at concurrency {concurrency}; run with -n {count} "
-                                   f"or more"]
+    if not p.concurrent:
+        merged["parts_reasons"] = [f"c{p.concurrency} ran as {p.count} parts of c{p.sub} one after another (no "
+                                   f"xdist workers): it was not driven at concurrency {p.concurrency}; run with "
+                                   f"-n {p.count} or more"]
+    return merged
+
+
+def _write_merged_level(p: _Part, records: Any, summary: dict, merged: dict) -> None:
+    """The merged level on disk (as one client's level) and in the session's service table."""
+    from .service.parts import write_merged
+
     try:
-        write_merged(level, records, summary, concurrency=concurrency, endpoint=data["endpoint"],
-                     identity=data["identity"], extra={k: merged[k] for k in
-                                                      ("level_parts", "concurrent", "start_spread_s", "parts")})
+        write_merged(p.level, records, summary, concurrency=p.concurrency, endpoint=merged["endpoint"],
+                     identity=merged["identity"], extra={k: merged[k] for k in
+                                                         ("level_parts", "concurrent", "start_spread_s", "parts")})
     except S2STError as exc:
         fail(exc)
-    benchmark.extra_info["s2st_service"] = merged
-    state.add_service_level(request.node, merged, name=request.node.name.replace(f"-{pid}]", "]"))
-    return result
+    p.benchmark.extra_info["s2st_service"] = merged
+    p.state.add_service_level(p.request.node, merged, name=p.request.node.name.replace(f"-{p.pid}]", "]"))
