@@ -51,10 +51,20 @@ def _probe_class() -> type:
     if _mode_class is not None:
         return _mode_class
     import torch
+
+    mode = _dispatch_probe_class(_op_planner(), _flop_counter(torch.Tensor), torch.Tensor)
+    _fast_class = _unwrapped(mode)
+    _mode_class = mode  # last: set means both are
+    return mode
+
+
+def _op_planner() -> Callable[[Any], tuple]:
+    """plan(op) -> (op, skipped, its decomposition, its FLOP formula, whether the formula takes shapes, its packet,
+    whether its outputs are fresh, whether it does arithmetic no formula counts): what the probe does with an op,
+    worked out once per op."""
+    import torch
     from torch._C import DispatchKey
-    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils import flop_counter
-    from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import flop_registry
 
     aten = torch.ops.aten
@@ -67,14 +77,7 @@ def _probe_class() -> type:
                torch.ops.prim.layout.default}
     never_decompose = torch.ops.prim.device.default
     composite = DispatchKey.CompositeImplicitAutograd
-    push, pop = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-    tensor_type = torch.Tensor
-    # id(op) -> (op, skipped, its decomposition, its FLOP formula, whether the formula takes shapes, its packet,
-    # whether its outputs are fresh). Keyed by id: an OpOverload hashes in Python, thrice per op was measurable.
-    plans: dict[int, tuple] = {}
-    counts: dict[Any, int] = {}  # (packet, argument shapes) -> the formula's FLOPs: a formula depends on shapes only
-    max_counts = 100_000  # distinct (op, shapes) kept; past it the memo starts over (a long, shape-varied session)
     shape_wrapper_code = flop_counter.shape_wrapper(lambda: None).__code__
 
     def _decomposition(func):
@@ -89,8 +92,8 @@ def _probe_class() -> type:
 
     def _formula(func):
         """flop_registry's formula for func's packet, else attention_flops' (the kernels torch leaves out); formulas
-        behind flop_counter.shape_wrapper are unwrapped and given shapes by _shape (the same values the wrapper's
-        tree_map makes, without pytree)."""
+        behind flop_counter.shape_wrapper are unwrapped and given shapes by _flop_counter (the same values the
+        wrapper's tree_map makes, without pytree)."""
         formula = flop_registry.get(func._overloadpacket)
         if formula is None:
             formula = EXTRA_FORMULAS.get(str(func._overloadpacket))
@@ -99,7 +102,7 @@ def _probe_class() -> type:
             return formula.__wrapped__, True
         return formula, False
 
-    def _plan(func) -> tuple:
+    def plan(func) -> tuple:
         formula, takes_shapes = _formula(func) or (None, False)
         # no return aliases an input (no "Tensor(a)" in the schema): every output is a storage made by the op
         fresh = all(r.alias_info is None for r in func._schema.returns)
@@ -107,6 +110,16 @@ def _probe_class() -> type:
         uncounted = formula is None and has_arithmetic(str(func._overloadpacket))
         return (func, func in skipped, _decomposition(func), formula, takes_shapes, func._overloadpacket, fresh,
                 uncounted)
+
+    return plan
+
+
+def _flop_counter(tensor_type: type) -> Callable[..., int | None]:
+    """count(packet, formula, takes_shapes, args, kwargs, out): one run op's FLOPs by its formula, None when the
+    call cannot be counted. A shape formula's count is memoized by (packet, argument shapes): it depends on
+    shapes only."""
+    counts: dict[Any, int] = {}
+    max_counts = 100_000  # distinct (op, shapes) kept; past it the memo starts over (a long, shape-varied session)
 
     def _shape(x):
         # flop_counter.get_shape mapped over a pytree: tensors become their shapes, containers keep their type
@@ -120,12 +133,45 @@ def _probe_class() -> type:
             return {k: _shape(v) for k, v in x.items()}
         return x
 
-    def _storage(t):
-        """The tensor's storage, or None for tensors without one (sparse, nested, some subclasses)."""
-        try:
-            return t.untyped_storage()
-        except (RuntimeError, NotImplementedError, TypeError):
+    def count(packet, formula, takes_shapes: bool, args: tuple, kwargs: dict, out) -> int | None:
+        if not takes_shapes:
+            return formula(*args, **kwargs, out_val=out)
+        if any(a.is_nested for a in args if isinstance(a, tensor_type)):
+            # a nested (ragged) operand: torch's shape formulas would read its symbolic length as one
+            # number; listed uncounted rather than counted wrong (attention_flops' formulas take nesting)
             return None
+        shapes = (packet, _shape(args), _shape(out), tuple(_shape(kwargs).items()))
+        try:
+            return counts[shapes]
+        except KeyError:
+            if len(counts) >= max_counts:
+                counts.clear()
+            n = counts[shapes] = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
+            return n
+        except TypeError:  # an unhashable argument (a list): no memo
+            return formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
+
+    return count
+
+
+def _storage(t):
+    """The tensor's storage, or None for tensors without one (sparse, nested, some subclasses)."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _dispatch_probe_class(make_plan: Callable[[Any], tuple], count: Callable[..., int | None],
+                          tensor_type: type) -> type:
+    """The TorchDispatchMode that routes each op: its plan, then decomposed or run, counted, its outputs tracked."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    push, pop = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
+    # id(op) -> make_plan(op). Keyed by id: an OpOverload hashes in Python, thrice per op was measurable.
+    plans: dict[int, tuple] = {}
 
     def _storages_of(args: tuple, kwargs: dict) -> set[int]:
         """Storages of an op's tensor arguments (aten ops take tensors, or lists of them, at the top level)."""
@@ -203,51 +249,41 @@ def _probe_class() -> type:
             else:
                 self._before.discard(key)
 
+        def _decomposed(self, decompose, args: tuple, kwargs: dict):
+            """The op run as its composite kernel's parts (each seen by this mode); NotImplemented when it cannot
+            be split."""
+            # back on the stack while the parts run, as `with self:` does (its flag bookkeeping is already set
+            # by the outer `with probe:`, so the stack push alone is the same)
+            push(self)
+            try:
+                return decompose(*args, **kwargs)
+            except RuntimeError:
+                # a composite kernel cannot split an op on a jagged nested tensor (ragged sizes): the op
+                # runs whole, as the tensor's own dispatch does without this mode (no cost when nothing fails)
+                if not any(isinstance(a, tensor_type) and a.is_nested for a in args):
+                    raise
+                return NotImplemented
+            finally:
+                pop(None)
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             plan = plans.get(id(func))
             if plan is None or plan[0] is not func:
-                plan = plans[id(func)] = _plan(func)
+                plan = plans[id(func)] = make_plan(func)
             _, skip, decompose, formula, takes_shapes, packet, fresh, uncounted = plan
             if skip:
                 return NotImplemented
             self.ops += 1
             if decompose is not None:
-                # back on the stack while the parts run, as `with self:` does (its flag bookkeeping is already set
-                # by the outer `with probe:`, so the stack push alone is the same)
-                push(self)
-                try:
-                    out = decompose(*args, **kwargs)
-                except RuntimeError:
-                    # a composite kernel cannot split an op on a jagged nested tensor (ragged sizes): the op
-                    # runs whole, as the tensor's own dispatch does without this mode (no cost when nothing fails)
-                    if not any(isinstance(a, tensor_type) and a.is_nested for a in args):
-                        raise
-                    out = NotImplemented
-                finally:
-                    pop(None)
+                out = self._decomposed(decompose, args, kwargs)
                 if out is not NotImplemented:
                     return out
             out = func(*args, **kwargs)
             if self.kernels is not None:
                 self.kernels[packet] += 1
             if formula is not None and self.flops:
-                if takes_shapes and any(a.is_nested for a in args if isinstance(a, tensor_type)):
-                    # a nested (ragged) operand: torch's shape formulas would read its symbolic length as one
-                    # number; listed uncounted rather than counted wrong (attention_flops' formulas take nesting)
-                    n = None
-                elif takes_shapes:
-                    shapes = (packet, _shape(args), _shape(out), tuple(_shape(kwargs).items()))
-                    try:
-                        n = counts[shapes]
-                    except KeyError:
-                        if len(counts) >= max_counts:
-                            counts.clear()
-                        n = counts[shapes] = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
-                    except TypeError:  # an unhashable argument (a list): no memo
-                        n = formula(*shapes[1], out_shape=shapes[2], **dict(shapes[3]))
-                else:
-                    n = formula(*args, **kwargs, out_val=out)
+                n = count(packet, formula, takes_shapes, args, kwargs, out)
                 if n is None:  # this call cannot be counted (a nested operand, an unsupported layout)
                     self.uncounted[packet] += 1
                 else:
@@ -270,18 +306,20 @@ def _probe_class() -> type:
                     if isinstance(leaf, tensor_type) and (storage := _storage(leaf)) is not None:
                         self._mark_before(storage)
 
-    # TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo: a Python wrapper, a lazy import of
-    # torch._dynamo and an export check on every op (a third of this pass on beam search). The wrapper only
-    # matters while dynamo's frame hook can be set, i.e. once torch._dynamo is imported: until then the
-    # unwrapped handler runs (run_probed picks).
-    class UnwrappedDispatchProbe(DispatchProbe):
+    return DispatchProbe
+
+
+def _unwrapped(probe_class: type) -> type:
+    """The same mode with the raw handler: TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo (a
+    Python wrapper, a lazy import of torch._dynamo and an export check on every op: a third of this pass on beam
+    search). The wrapper only matters while dynamo's frame hook can be set, i.e. once torch._dynamo is imported:
+    until then the unwrapped handler runs (run_probed picks)."""
+    class UnwrappedDispatchProbe(probe_class):
         pass
 
-    raw = DispatchProbe.__dict__["__torch_dispatch__"]
+    raw = probe_class.__dict__["__torch_dispatch__"]
     UnwrappedDispatchProbe.__torch_dispatch__ = getattr(raw, "__wrapped__", raw)  # set after class creation: stays raw
-    _mode_class = DispatchProbe
-    _fast_class = UnwrappedDispatchProbe
-    return DispatchProbe
+    return UnwrappedDispatchProbe
 
 
 def run_probed(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool = True, tensors: bool = True):
