@@ -2,23 +2,29 @@
 architectures at their released sizes once into the cache (~1 GB, a few minutes), then:
 
 * per model, 1 and 2 threads: runtime per sample, RTF where the output is speech, peak RSS, tensor peak, FLOPs,
-  through the runner users run (measure_pipeline, every pass);
+  through the runner users run (measure_pipeline, every pass); Qwen3-TTS 12Hz-0.6B CustomVoice too, from
+  $QWEN3TTS_FULL_DIR (pytest_s2st.tiny.qwen_full's build; skipped with one line when unset or without the qwen
+  extra), on a bounded request ($S2ST_FULL_QWEN_FRAMES codec frames, default 12: 0.96 s of audio);
 * what each measuring pass costs against the plain forward at full size: the same interleaved pass set as
   test_measurement_cost.py's tiny benchmark, on the S2T at three sizes (the cost-vs-size curve);
 * memory truth at GB scale: peak RSS of loading + one forward in a fresh process against the model bytes and
-  activations computed by hand.
+  activations computed by hand; the tensor peak of a fixed Qwen3-TTS forward (the 12 Hz codec decoder on F
+  frames) against its count by hand (pytest_s2st.tiny.qwen_peak), to the byte.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fairseq")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _report(name: str, data) -> None:
@@ -40,13 +46,49 @@ def _audio_s(outputs) -> float | None:
 
 SAMPLES_ENV = "S2ST_FULL_SAMPLES"  # samples per model (default 1: on a shared 2-core machine 3 took too long)
 MODELS_ENV = "S2ST_FULL_MODELS"    # comma-separated config names to measure (default: all)
+QWEN = "Qwen3TTS"                  # its name in S2ST_FULL_MODELS and in the tables
+QWEN_CONFIG = REPO / "configs" / "full" / "qwen3tts.yaml"
+QWEN_FRAMES_ENV = "S2ST_FULL_QWEN_FRAMES"  # codec frames per Qwen3-TTS request (max_new_tokens; default 12)
+QWEN_TEXT = "The library on the corner stays open late on Thursdays, so I usually finish my reading there."
+
+
+def _qwen_unavailable() -> str | None:
+    """Why the full-size Qwen3-TTS cannot run here (one line), or None."""
+    if not os.environ.get("QWEN3TTS_FULL_DIR"):
+        return ("QWEN3TTS_FULL_DIR is unset (build it once: python -c \"from pytest_s2st.tiny.qwen_full import "
+                "full_qwen3tts_dir; print(full_qwen3tts_dir())\")")
+    if importlib.util.find_spec("qwen_tts") is None:
+        return "qwen-tts is not installed (the qwen extra: pip install -e '.[qwen]')"
+    return None
+
+
+def _qwen_samples(n: int) -> list[dict]:
+    return [{"id": f"q{i}", "text": QWEN_TEXT, "language": "en", "voice": "Vivian", "seed": 7 + i} for i in range(n)]
+
+
+def _qwen_counts(pipeline, outputs, tensor_peak_mib: float) -> dict:
+    """The Qwen3-TTS row's extra columns: codec frames generated and the request's tensor peak against the codec
+    decode's count by hand plus what generation keeps alive at the decode (pytest_s2st.tiny.qwen_peak)."""
+    from pytest_s2st.tiny.qwen_peak import codec_decode_peak, decode_carry_bytes
+
+    inner = pipeline.model.model
+    decoder = inner.speech_tokenizer.model.decoder
+    frames = max(len(o["waveform"]) // int(decoder.total_upsample) for o in outputs)
+    talker = inner.config.talker_config
+    size = next(decoder.parameters()).element_size()
+    decode = codec_decode_peak(decoder.config, frames, size)["bytes"]
+    carry = decode_carry_bytes(talker.hidden_size, talker.num_code_groups, frames, size)
+    measured = round(tensor_peak_mib * 2**20)
+    return {"frames": frames, "tensor_peak_bytes": measured, "decode_peak_count_bytes": decode,
+            "carry_count_bytes": carry, "measured_minus_count_bytes": measured - decode - carry}
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_full_size_models(threads):
     """Every full-size config through measure_pipeline (the memory pass warms up: vmhwm, then the dispatch pass
     for FLOPs + tensor peak, then the timed round) on the first $S2ST_FULL_SAMPLES samples; RTF = runtime per
-    sample / seconds of audio it produced."""
+    sample / seconds of audio it produced. Qwen3-TTS: configs/full/qwen3tts.yaml with max_new_tokens set to
+    $S2ST_FULL_QWEN_FRAMES, text samples (one text, seeds 7, 8, ...)."""
     import gc
 
     from pytest_s2st.cases import known_model_types
@@ -55,16 +97,35 @@ def test_full_size_models(threads):
     from pytest_s2st.measure.device import resolve_device
     from pytest_s2st.pipelines.base import build_pipeline
     from pytest_s2st.runner import RunSettings, measure_pipeline
-    from pytest_s2st.tiny.fairseq_full import default_full_configs
 
     rows = {}
     wanted = os.environ.get(MODELS_ENV)
-    for name, path in default_full_configs().items():
-        if wanted and name not in wanted.split(","):
+    wanted = set(wanted.split(",")) if wanted else None
+    n = int(os.environ.get(SAMPLES_ENV, "1"))
+    configs = {}
+    if wanted is None or wanted - {QWEN}:
+        pytest.importorskip("fairseq")
+        from pytest_s2st.tiny.fairseq_full import default_full_configs
+
+        configs.update(default_full_configs())
+    if wanted is None or QWEN in wanted:
+        reason = _qwen_unavailable()
+        if reason is None:
+            configs[QWEN] = QWEN_CONFIG
+        elif wanted == {QWEN}:
+            pytest.skip(f"{QWEN}: {reason}")
+        else:
+            print(f"{QWEN}: skipped: {reason}", flush=True)
+    for name, path in configs.items():
+        if wanted and name not in wanted:
             continue
         config = load_config(path, known_model_types=known_model_types())
+        if name == QWEN:
+            config.stages[0]["max_new_tokens"] = int(os.environ.get(QWEN_FRAMES_ENV, "12"))
+            samples = _qwen_samples(n)
+        else:
+            samples = load_dataset(config.general["dataset_path"], size=n)
         pipeline = build_pipeline(config.model_type, config.stages, device="cpu", config_path=path)
-        samples = load_dataset(config.general["dataset_path"], size=int(os.environ.get(SAMPLES_ENV, "1")))
         settings = RunSettings(device=resolve_device("cpu"), threads=threads, warmup=0)
         m = measure_pipeline(pipeline, samples, settings, case_id=name)
         totals = m.totals
@@ -78,11 +139,17 @@ def test_full_size_models(threads):
             "tensor_peak_mib": round(totals["tensor_peak_mib"].value, 1),
             "gflops": round(totals["flops"].value / 1e9, 2), "threads": m.info["threads"],
         }
+        if name == QWEN:
+            rows[name].update(max_new_tokens=config.stages[0]["max_new_tokens"],
+                              **_qwen_counts(pipeline, m.outputs, totals["tensor_peak_mib"].value))
         del pipeline, m
         gc.collect()
         _report(f"full_models_t{threads}", rows)  # after every model: a long run keeps what it measured
         assert runtime > 0 and rows[name]["gflops"] > 0 and rows[name]["tensor_peak_mib"] > 0, name
         assert audio is None or audio > 0.5, (name, audio)  # every speech model spoke (>= 0.5 s of audio)
+        if name == QWEN:  # the request's peak is the decode's, over what generation keeps alive (to 64 bytes)
+            assert -64 <= rows[name]["measured_minus_count_bytes"] <= 0, rows[name]
+    assert rows, f"no full-size model selected by {MODELS_ENV}={os.environ.get(MODELS_ENV)!r}"
 
 
 @pytest.mark.parametrize("arch", ["tiny", "s2t_transformer_xs", "s2t_transformer_s", "s2t_transformer_m"])
@@ -90,6 +157,7 @@ def test_cost_of_measuring_full_size_s2t(arch, timing_target):
     """The measuring passes of test_measurement_cost.py (timed, dispatch FLOPs + tensor peak, the bare decomposing
     floor, vmhwm, memory_profiler; the old FLOPs pass on the tiny model only), interleaved per sample, on the S2T
     at one size: the cost-vs-size curve. Same targets as the tiny run (timing_target)."""
+    pytest.importorskip("fairseq")
     from test_measurement_cost import pass_costs
 
     from pytest_s2st.tiny.fairseq_full import _build_meta, count_parameters, s2t_variant, s2t_variant_config
@@ -153,6 +221,7 @@ def test_memory_truth_s2t_load_and_forward():
     its activations on top of that: the encoder's (conv subsampler output, one layer's q/k/v, attention scores and
     FFN hidden at T/4 frames, every layer's output) and the beam search's (5 hypotheses x 40 steps: incremental
     self-attention k/v, cross-attention k/v, one step's logits), counted below: measured within 0.5-2x of it."""
+    pytest.importorskip("fairseq")
     from pytest_s2st.tiny.fairseq_full import SPECS, default_full_configs
 
     path = default_full_configs()["S2T"]
@@ -186,3 +255,51 @@ def test_memory_truth_s2t_load_and_forward():
     assert m["params"] in (None, params)
     assert abs(load_peak - 2 * model_bytes) <= 0.15 * 2 * model_bytes + 32 * mib, (load_peak / mib, model_bytes / mib)
     assert 0.5 * activations <= forward_rise <= 2 * activations, (forward_rise / mib, activations / mib)
+
+
+QWEN_DECODE_FRAMES_ENV = "S2ST_FULL_QWEN_DECODE_FRAMES"  # frames of the fixed decodes (default "11,124")
+
+
+def test_qwen_decoder_tensor_peak_against_count():
+    """The fixed Qwen3-TTS forward of item 5: the full-size 12 Hz codec decoder (float32, as the config loads it) on
+    F random codec frames, through the dispatch pass that reports `tensor_peak_mib`, against its count by hand
+    from the decoder config (pytest_s2st.tiny.qwen_peak.codec_decode_peak): equal to the byte. F defaults to the
+    frames of the bounded row request (11) and of the config's 125-token request (124). Loads the speech
+    tokenizer only (651 MB); bytes do not depend on the machine's load."""
+    reason = _qwen_unavailable()
+    if reason:
+        pytest.skip(f"{QWEN}: {reason}")
+    import time
+
+    import torch
+
+    from pytest_s2st.measure.tensor_memory import measure_tensor_memory
+    from pytest_s2st.tiny.qwen_peak import codec_decode_peak
+
+    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on import
+        from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
+
+    folder = Path(os.environ["QWEN3TTS_FULL_DIR"]) / "speech_tokenizer"
+    decoder = Qwen3TTSTokenizerV2Model.from_pretrained(str(folder), dtype=torch.float32).eval().decoder
+    cfg = decoder.config
+    mib = 2**20
+    rows = {}
+    for frames in (int(f) for f in os.environ.get(QWEN_DECODE_FRAMES_ENV, "11,124").split(",")):
+        codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
+                              generator=torch.Generator().manual_seed(0))
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            wav, metric = measure_tensor_memory(decoder, codes)
+        count = codec_decode_peak(cfg, frames)
+        rows[str(frames)] = {
+            "audio_s": wav.shape[-1] / 24000, "measured_bytes": metric.details["peak_bytes"],
+            "count_bytes": count["bytes"], "measured_mib": round(metric.details["peak_bytes"] / mib, 2),
+            "count_mib": round(count["bytes"] / mib, 2), "block": count["block"],
+            "terms_mib": {k: round(v / mib, 2) for k, v in count["terms"].items()},
+            "probed_s": round(time.perf_counter() - t0, 1)}
+        print(f"decode of {frames} frames: measured {metric.details['peak_bytes']} B, count {count['bytes']} B",
+              flush=True)
+    _report("qwen_decode_peak", {"decoder_config": {k: getattr(cfg, k) for k in (
+        "latent_dim", "upsampling_ratios", "upsample_rates", "decoder_dim")}, "dtype": "float32", "frames": rows})
+    for frames, row in rows.items():
+        assert row["measured_bytes"] == row["count_bytes"], (frames, row)
