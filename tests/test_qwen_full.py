@@ -33,6 +33,13 @@ def test_counts_add_up(counts):
     assert counts["speech_tokenizer"] < counts["speech_tokenizer_stored"]  # Mimi's codebooks are buffers
 
 
+def test_code_predictor_count_by_hand(counts):
+    # 5 layers at hidden 1024: q 1024x2048, k and v 1024x1024 each, o 2048x1024, q/k norms 2x128, MLP 3x1024x3072,
+    # two layer norms 2x1024; then its final norm 1024, 15 codec embeddings 2048x1024 and 15 heads 1024x2048
+    layer = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 2 * 128 + 3 * 1024 * 3072 + 2 * 1024
+    assert counts["code_predictor"] == 5 * layer + 1024 + 15 * 2048 * 1024 * 2, counts
+
+
 def test_repo_config_loads_with_its_serve_section(tmp_path, monkeypatch):
     """configs/full/qwen3tts.yaml resolves its ${QWEN3TTS_FULL_DIR} path and its serve section at load."""
     from pathlib import Path

@@ -82,6 +82,7 @@ def _stored(model: Any) -> int:
 def param_counts() -> dict[str, int]:
     """Parameter counts of the full-size build, counted on the meta device (no memory is allocated,
     nothing is initialised): "talker" (talker + code predictor + text embedding), "text_embedding",
+    "code_predictor" (the part of "talker" that predicts codebooks 2-16 of each frame),
     "speech_tokenizer" (its parameters) and "speech_tokenizer_stored" (parameters and persistent
     buffers: what its model.safetensors holds), "total" (talker + speech_tokenizer_stored)."""
     import torch
@@ -95,6 +96,7 @@ def param_counts() -> dict[str, int]:
         codec = Qwen3TTSTokenizerV2Model(_codec())
     t = _stored(talker)
     return {"talker": t, "text_embedding": talker.talker.get_text_embeddings().weight.numel(),
+            "code_predictor": _stored(talker.talker.code_predictor),
             "speech_tokenizer": sum(p.numel() for p in codec.parameters()),
             "speech_tokenizer_stored": _stored(codec), "total": t + _stored(codec)}
 
