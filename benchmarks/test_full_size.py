@@ -303,3 +303,50 @@ def test_qwen_decoder_tensor_peak_against_count():
         "latent_dim", "upsampling_ratios", "upsample_rates", "decoder_dim")}, "dtype": "float32", "frames": rows})
     for frames, row in rows.items():
         assert row["measured_bytes"] == row["count_bytes"], (frames, row)
+
+
+QWEN_PREFILL_POSITIONS_ENV = "S2ST_FULL_QWEN_PREFILL_POSITIONS"  # positions of the fixed prefills (default "20,200")
+
+
+def test_qwen_talker_prefill_tensor_peak_against_count():
+    """The other fixed Qwen3-TTS forward of item 5: the full-size talker's prefill over T positions with a KV cache
+    (float32, SDPA, as the config loads it), through the dispatch pass, against its count by hand
+    (pytest_s2st.tiny.qwen_peak.talker_prefill_peak): equal to the byte. Loads the talker in float32 (~3.6 GB;
+    peak RSS ~5.8 GB while the bfloat16 checkpoint is widened)."""
+    reason = _qwen_unavailable()
+    if reason:
+        pytest.skip(f"{QWEN}: {reason}")
+    import time
+
+    import torch
+
+    from pytest_s2st.measure.tensor_memory import measure_tensor_memory
+    from pytest_s2st.tiny.qwen_peak import talker_prefill_peak
+
+    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on import
+        from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
+
+    model = Qwen3TTSForConditionalGeneration.from_pretrained(os.environ["QWEN3TTS_FULL_DIR"], dtype=torch.float32)
+    talker = model.eval().talker
+    cfg = talker.config
+    mib = 2**20
+    rows = {}
+    for positions in (int(t) for t in os.environ.get(QWEN_PREFILL_POSITIONS_ENV, "20,200").split(",")):
+        emb = torch.randn(1, positions, cfg.hidden_size, generator=torch.Generator().manual_seed(0))
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            _, metric = measure_tensor_memory(talker, inputs_embeds=emb, use_cache=True)
+        count = talker_prefill_peak(cfg, positions)
+        rows[str(positions)] = {
+            "measured_bytes": metric.details["peak_bytes"], "count_bytes": count["bytes"],
+            "measured_mib": round(metric.details["peak_bytes"] / mib, 2), "count_mib": round(count["bytes"] / mib, 2),
+            "moment": count["moment"], "terms_mib": {k: round(v / mib, 3) for k, v in count["terms"].items()},
+            "probed_s": round(time.perf_counter() - t0, 1)}
+        print(f"prefill of {positions} positions: measured {metric.details['peak_bytes']} B, count {count['bytes']} B",
+              flush=True)
+    _report("qwen_prefill_peak", {"talker_config": {k: getattr(cfg, k) for k in (
+        "hidden_size", "intermediate_size", "vocab_size", "num_hidden_layers", "num_attention_heads",
+        "num_key_value_heads", "head_dim")}, "attention": cfg._attn_implementation, "dtype": "float32",
+        "positions": rows})
+    for positions, row in rows.items():
+        assert row["measured_bytes"] == row["count_bytes"], (positions, row)

@@ -1,5 +1,6 @@
-"""The tensor peak of a fixed Qwen3-TTS forward (the 12 Hz codec decoder on F frames) against its count by hand
-(pytest_s2st.tiny.qwen_peak), on the tiny model; benchmarks/test_full_size.py checks the same at full size."""
+"""The tensor peaks of fixed Qwen3-TTS forwards (the 12 Hz codec decoder on F frames, the talker's prefill over T
+positions) against their counts by hand (pytest_s2st.tiny.qwen_peak), on the tiny model; benchmarks/test_full_size.py
+checks the same at full size."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,6 +37,26 @@ def test_count_by_hand_full_size_1_frame():
 def test_count_refuses_zero_frames():
     with pytest.raises(ValueError, match="frames must be >= 1, got 0"):
         qwen_peak.codec_decode_peak(TINY_DECODER, 0)
+
+
+TINY_TALKER = dict(hidden_size=64, intermediate_size=128, vocab_size=3072, num_hidden_layers=2, head_dim=16,
+                   num_key_value_heads=2)
+FULL_TALKER = dict(hidden_size=1024, intermediate_size=3072, vocab_size=3072, num_hidden_layers=28, head_dim=128,
+                   num_key_value_heads=8)
+
+
+def test_prefill_count_by_hand():
+    # tiny, T = 20: the logits moment. KV cache 2 layers * (k + v) * 2 heads * 16 * 20 * 4 B = 10,240; the final
+    # norm's output 20 * 64 * 4 = 5,120; logits 20 * 3072 * 4 = 245,760; total 261,120 (the MLP moment: 64,160)
+    tiny = qwen_peak.talker_prefill_peak(TINY_TALKER, 20)
+    assert (tiny["bytes"], tiny["moment"]) == (261_120, "logits")
+    # full size, T = 20: the last layer's MLP. KV cache 28 * 2 * 8 * 128 * 20 * 4 B = 4,587,520; cos + sin
+    # 2 * 3 * 20 * 128 * 4 = 61,440; cache_position 160; layer input, residual, normed 3 * 20 * 1024 * 4 = 245,760;
+    # act(gate), up, product 3 * 20 * 3072 * 4 = 737,280; total 5,632,160 (the logits moment: 4,915,200)
+    full = qwen_peak.talker_prefill_peak(FULL_TALKER, 20)
+    assert (full["bytes"], full["moment"]) == (5_632_160, "mlp")
+    with pytest.raises(ValueError, match="positions must be >= 2"):
+        qwen_peak.talker_prefill_peak(TINY_TALKER, 1)
 
 
 def test_carry_by_hand():
@@ -79,6 +100,45 @@ def test_decoder_tensor_peak_equals_the_count(tiny_decoder, frames):
         wav, metric = measure_tensor_memory(tiny_decoder, codes)
     assert wav.shape[-1] == frames * 1920
     assert metric.details["peak_bytes"] == qwen_peak.codec_decode_peak(cfg, frames)["bytes"]
+
+
+@pytest.fixture(scope="module")
+def tiny_talker():
+    """The tiny model's talker, loaded from the tiny build (float32)."""
+    pytest.importorskip("qwen_tts")
+    import contextlib
+    import sys
+
+    import torch
+
+    from pytest_s2st.tiny.qwen_tiny import tiny_qwen3tts_dir
+
+    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on import
+        from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
+    model = Qwen3TTSForConditionalGeneration.from_pretrained(str(tiny_qwen3tts_dir()), dtype=torch.float32)
+    return model.eval().talker
+
+
+def test_tiny_talker_is_the_one_counted_here(tiny_talker):
+    cfg = tiny_talker.config
+    assert {k: getattr(cfg, k) for k in TINY_TALKER} == TINY_TALKER
+    assert cfg._attn_implementation == "sdpa"  # the count's attention: no score matrix is materialised
+
+
+@pytest.mark.parametrize("positions", [2, 20, 33])
+def test_prefill_tensor_peak_equals_the_count(tiny_talker, positions):
+    """The talker's prefill over T positions with a KV cache, through the dispatch pass: equal to the byte (what
+    the count leaves out, SDPA's internal scratch, is not seen by the pass; tolerance 0)."""
+    import torch
+
+    from pytest_s2st.measure.tensor_memory import measure_tensor_memory
+
+    emb = torch.randn(1, positions, tiny_talker.config.hidden_size, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        out, metric = measure_tensor_memory(tiny_talker, inputs_embeds=emb, use_cache=True)
+    assert out.logits.shape == (1, positions, tiny_talker.config.vocab_size)
+    assert out.past_key_values.get_seq_length() == positions
+    assert metric.details["peak_bytes"] == qwen_peak.talker_prefill_peak(tiny_talker.config, positions)["bytes"]
 
 
 def test_request_peak_is_the_decode_plus_what_generation_leaves(tmp_path):

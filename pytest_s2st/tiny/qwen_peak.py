@@ -1,6 +1,8 @@
-"""The tensor peak of a fixed Qwen3-TTS forward, counted by hand from the configuration (issue 17, item 5).
+"""The tensor peaks of fixed Qwen3-TTS forwards, counted by hand from the configuration (issue 17, item 5).
 
-The forward: the 12 Hz speech tokenizer's decoder (``Qwen3TTSTokenizerV2Decoder.forward``) on F codec frames,
+``talker_prefill_peak``: the talker's prefill over T positions with a KV cache (float32), below.
+
+``codec_decode_peak``: the 12 Hz speech tokenizer's decoder (``Qwen3TTSTokenizerV2Decoder.forward``) on F codec frames,
 the last step of every ``generate_custom_voice`` request. Measured with the dispatch pass
 (pytest_s2st.measure.tensor_memory: live bytes of storages created during the call), it sets the request's
 tensor peak, on the tiny model and at full size: the talker and the code predictor hold a few MiB at most
@@ -84,3 +86,45 @@ def decode_carry_bytes(talker_hidden: int, num_code_groups: int, frames: int, dt
     prefill's last position), the codes three times (int64: the talker's stacked codes, the speech tokenizer's
     pad_sequence batch and its clamp) and a few scalars (audio lengths, the stop index: 64 bytes at most)."""
     return (frames + 1) * talker_hidden * dtype_bytes + 3 * frames * num_code_groups * CODE_BYTES + 64
+
+
+def talker_prefill_peak(talker_config: Any, positions: int) -> dict[str, Any]:
+    """The tensor peak of the talker's prefill (``Qwen3TTSTalkerForConditionalGeneration.forward`` on
+    ``inputs_embeds`` of T >= 2 positions, batch 1, ``use_cache=True``, SDPA attention, float32 weights):
+    {"bytes", "moment" ("mlp" or "logits"), "terms"}. ``talker_config``: the talker_config (dict or object).
+
+    Two moments compete, both counted from qwen-tts's and transformers' code and measured equal to the byte:
+    the last decoder layer's MLP at ``act(gate) * up`` (the full-size talker's peak: its 3 x intermediate
+    dominates) and the codec head's logits over all T positions (the tiny talker's: its vocabulary of 3072 is
+    48 x its hidden size). Attention's own moment (q, k, v and RoPE's temporaries) holds less for both. The KV
+    cache is DynamicCache's: every layer's rotated k and v, copied into the cache by ``torch.cat`` onto an empty
+    tensor, alive to the end. In bfloat16 RMSNorm's float32 copies add terms not counted here."""
+    if positions < 2:
+        raise ValueError(f"positions must be >= 2 (one position is a decode step, not a prefill), got {positions}")
+    t = positions
+    hidden, inter, vocab = (_get(talker_config, k) for k in ("hidden_size", "intermediate_size", "vocab_size"))
+    layers, head_dim = _get(talker_config, "num_hidden_layers"), _get(talker_config, "head_dim")
+    kv = _get(talker_config, "num_key_value_heads") * head_dim
+    f32 = 4
+    cache = 2 * layers * kv * t * f32  # DynamicCache: k and v of every layer, (1, kv heads, T, head_dim) each
+    mlp = {
+        "kv_cache": cache,
+        # the model's `position_embeddings`: cos and sin of the 3 mrope sections, (3, 1, T, head_dim) each
+        "rope_cos_sin": 2 * 3 * t * head_dim * f32,
+        "cache_position": t * 8,  # torch.arange over the T positions (int64)
+        # the last layer's input, held by the model's loop variable (the first layer's is the caller's input)
+        "layer_input": t * hidden * f32 if layers > 1 else 0,
+        "residual": t * hidden * f32,       # input + attention output: the MLP's residual
+        "normed": t * hidden * f32,         # post_attention_layernorm's output, the MLP's input
+        "act_gate": t * inter * f32,        # act_fn(gate_proj(x)) (gate_proj's output died when act_fn returned)
+        "up": t * inter * f32,              # up_proj(x)
+        "product": t * inter * f32,         # act_gate * up
+    }
+    logits = {
+        "kv_cache": cache,
+        "normed": t * hidden * f32,         # the final norm's output (the last hidden state)
+        "logits": t * vocab * f32,          # codec_head over all T positions
+    }
+    a, b = sum(mlp.values()), sum(logits.values())
+    return ({"bytes": a, "moment": "mlp", "terms": mlp} if a >= b else
+            {"bytes": b, "moment": "logits", "terms": logits})
