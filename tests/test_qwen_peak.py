@@ -95,7 +95,8 @@ def test_decoder_tensor_peak_equals_the_count(tiny_decoder, frames):
     from pytest_s2st.measure.tensor_memory import measure_tensor_memory
 
     cfg = tiny_decoder.config
-    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames), generator=torch.Generator().manual_seed(0))
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
+                          generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         wav, metric = measure_tensor_memory(tiny_decoder, codes)
     assert wav.shape[-1] == frames * 1920
