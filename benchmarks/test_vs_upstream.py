@@ -55,23 +55,10 @@ PARITY_BAND = (0.8, 1.25)  # ours (upstream protocol) / upstream, per stage: wit
 
 def varied_config(tmp_path: Path) -> Path:
     """The staged S2UT (+ CodeHiFiGAN with durations) config over VARIED_SIZE samples, paths absolute."""
-    import yaml
-
     from pytest_s2st.tiny.fairseq_tiny import default_configs
 
     source = next(c for c in default_configs() if c.stem == "S2UT")
-    doc = yaml.safe_load(source.read_text())
-
-    def absolute(section: dict) -> dict:
-        return {k: str((source.parent / v).resolve()) if isinstance(v, str) and v.startswith("..") else v
-                for k, v in section.items()}
-
-    doc = {key: absolute(value) for key, value in doc.items()}
-    doc["general"]["dataset_size"] = VARIED_SIZE
-    doc["general"]["name"] = "tiny-varied"
-    path = tmp_path / "S2UT.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return compare_upstream.derive_config(source, tmp_path, dataset_size=VARIED_SIZE)
 
 
 def test_upstream_protocol_times_what_upstream_times(tmp_path, timing_target):
@@ -87,8 +74,9 @@ def test_upstream_protocol_times_what_upstream_times(tmp_path, timing_target):
         theirs.append(compare_upstream.run_upstream([config], threads=THREADS))
         ours_warm.append(compare_upstream.run_ours([config], tests=TESTS, dataset_size=VARIED_SIZE,
                                                    threads=THREADS, protocol="warm"))
-    same = compare_upstream.compare_runtime(ours_upstream, theirs)["S2UT"]
-    warm = compare_upstream.compare_runtime(ours_warm, theirs)["S2UT"]
+    key = compare_upstream.config_key(config)
+    same = compare_upstream.compare_runtime(ours_upstream, theirs)[key]
+    warm = compare_upstream.compare_runtime(ours_warm, theirs)[key]
     ratios = {stage: round(v["ratio"], 3) for stage, v in same.items()}
     warm_ratios = {stage: round(v["ratio"], 3) for stage, v in warm.items()}
     print(f"\nper-sample runtime / upstream's: upstream protocol {ratios}; warm protocol {warm_ratios}")

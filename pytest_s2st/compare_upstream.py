@@ -43,17 +43,19 @@ _DURATION = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+\S+::\S+\[(.+?)\]
 
 @dataclass
 class ProcessRun:
-    """One subprocess: wall (spawn to exit), CPU seconds of the child, exit status, output."""
+    """One subprocess: wall (spawn to exit), CPU seconds of the child, exit status, output; marks_s: seconds
+    from spawn to the first output line matching each pattern asked for (None: never printed)."""
 
     wall_s: float
     cpu_s: float
     returncode: int
     output: str = field(repr=False)
+    marks_s: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
 class SideResult:
-    """One side of one round. flops: {model_type: {"total": x, <stage>: y, ...}}; per_type_wall_s
+    """One side of one round. flops: {case id: {"total": x, <stage>: y, ...}}; per_type_wall_s
     only for upstream (one process per config); phases_s: ours, pytest --durations per case."""
 
     wall_s: float
@@ -63,6 +65,9 @@ class SideResult:
     per_type_wall_s: dict[str, float] = field(default_factory=dict)
     phases_s: dict[str, dict[str, float]] = field(default_factory=dict)
     runtime_s: dict[str, dict[str, float]] = field(default_factory=dict)  # per-sample runtime, as flops
+    # spawn until the first measured forward (interpreter, imports, model loading), summed over processes;
+    # None where a process did not say when its measuring began
+    startup_s: float | None = None
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -72,17 +77,33 @@ def thread_env(threads: int) -> dict[str, str]:
     # the asserts of every module of a pytest11 plugin's distribution on each run (hydra, hypothesis, anyio here:
     # 1-2 s a session) while upstream's imports use the pyc files pip wrote; a default install pays neither.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # each printed line reaches the pipe when printed, so run_process can stamp when it came (a few lines a run)
+    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-def run_process(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> ProcessRun:
+def run_process(cmd: list[str], *, cwd: Path, env: dict[str, str],
+                marks: dict[str, re.Pattern] | None = None) -> ProcessRun:
+    """Run cmd to its end, output read line by line as it comes; ``marks``: {name: pattern} stamped at the
+    first line that matches (seconds since spawn)."""
+    marks = marks or {}
+    stamped: dict[str, float | None] = dict.fromkeys(marks)
+    lines: list[str] = []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            now = time.perf_counter() - start
+            lines.append(line)
+            for name, pattern in marks.items():
+                if stamped[name] is None and pattern.search(line):
+                    stamped[name] = now
+        returncode = proc.wait()
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return ProcessRun(wall, cpu, proc.returncode, proc.stdout)
+    return ProcessRun(wall, cpu, returncode, "".join(lines), stamped)
 
 
 def config_general(config: Path) -> dict:
@@ -93,6 +114,49 @@ def config_general(config: Path) -> dict:
 
 def config_dataset_size(config: Path) -> int | None:
     return config_general(config).get("dataset_size")
+
+
+def config_key(config: Path) -> str:
+    """The case id our session gives the config (config.load_config: model_type-name, name = general.name or
+    the file stem): both sides' results are keyed by it, so two configs of one model type (a TTS transformer
+    and a FastSpeech2) stay apart."""
+    general = config_general(config)
+    name = general.get("name")
+    return f"{general.get('model_type')}-{name if name not in (None, '') else config.stem}"
+
+
+def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys: dict | None = None) -> Path:
+    """config's YAML written into out_dir under the same file name, on the same models and data: its relative
+    paths made absolute as our loader resolves them (config.PATH_KEYS, the model type's, the checkpoint path;
+    not config_yaml, which fairseq reads from `data`), general.dataset_size set. sample_keys: the first
+    dataset_size samples of its npy dataset are copied beside it with these top-level and net_input keys added
+    (``{"target_lengths": None, "net_input": {"prev_output_tokens": None}}``: what upstream's core.py reads of
+    a FastSpeech2 sample and its own npy format lacks)."""
+    import yaml
+
+    from .config import PATH_KEYS, _resolve_paths
+    from .pipelines.base import path_keys
+
+    config = Path(config).resolve()
+    doc = yaml.safe_load(config.read_text()) or {}
+    keys = PATH_KEYS | path_keys((doc.get("general") or {}).get("model_type", ""))
+    doc = {name: _resolve_paths(section, config.parent, keys) if isinstance(section, dict) else section
+           for name, section in doc.items()}
+    doc["general"]["dataset_size"] = dataset_size
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if sample_keys:
+        from .datasets import load_npy_dataset, save_npy_dataset
+
+        extra = dict(sample_keys)
+        net_extra = extra.pop("net_input", {})
+        samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)
+        samples = [{**s, **extra, "net_input": {**s["net_input"], **net_extra}} for s in samples]
+        doc["general"]["dataset_path"] = str(save_npy_dataset(samples, out_dir / f"{config.stem}.npy",
+                                                              torch_tensors=True))
+    path = out_dir / config.name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def check_configs(configs: list[Path], dataset_size: int) -> None:
@@ -139,9 +203,14 @@ def parse_upstream_runtime(output: str) -> dict[str, float]:
     return out
 
 
+# get_metrics.cli_main prints this once the model is built, before loading the dataset and measuring
+UPSTREAM_MEASURING = re.compile(r"^Evaluating on dataset - ")
+
+
 def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable) -> tuple[ProcessRun, dict[str, float], int | None]:
     # upstream resolves the config's relative paths against the current directory
-    run = run_process([python, "-m", UPSTREAM_MODULE, "", "--config", config.name], cwd=config.parent, env=thread_env(threads))
+    run = run_process([python, "-m", UPSTREAM_MODULE, "", "--config", config.name], cwd=config.parent,
+                      env=thread_env(threads), marks={"measuring": UPSTREAM_MEASURING})
     if run.returncode != 0:
         raise RuntimeError(f"upstream get_metrics.py failed on {config} (exit {run.returncode}):\n{run.output[-3000:]}")
     flops, samples = parse_upstream(run.output)
@@ -149,15 +218,17 @@ def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable
 
 
 def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executable) -> SideResult:
-    result = SideResult(0.0, 0.0, {}, {})
+    result = SideResult(0.0, 0.0, {}, {}, startup_s=0.0)
     for config in configs:
-        kind = config_general(config).get("model_type") or config.stem  # our JSON keys by model_type
+        kind = config_key(config)  # our JSON's case id
         run, flops, samples = run_upstream_one(config, threads=threads, python=python)
         result.wall_s += run.wall_s
         result.cpu_s += run.cpu_s
         result.per_type_wall_s[kind] = run.wall_s
         result.flops[kind] = flops
         result.runtime_s[kind] = parse_upstream_runtime(run.output)
+        startup = run.marks_s.get("measuring")
+        result.startup_s = None if startup is None or result.startup_s is None else result.startup_s + startup
         if samples is not None:
             result.samples[kind] = samples
     return result
@@ -166,12 +237,12 @@ def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executa
 # ---------------------------------------------------------------- ours
 
 def parse_ours(report: dict, metric: str = "flops") -> tuple[dict[str, dict[str, float]], dict[str, int]]:
-    """({model_type: {"total": value, <stage>: value ...}}, {model_type: samples}) of one metric."""
+    """({case id: {"total": value, <stage>: value ...}}, {case id: samples}) of one metric."""
     values: dict[str, dict[str, float]] = {}
     samples: dict[str, int] = {}
     for bench in report["benchmarks"]:
         s2st = bench["extra_info"]["s2st"]
-        kind = s2st["model_type"]
+        kind = s2st["case"]
         entry = {"total": s2st["metrics"][metric]["value"]}
         entry.update((stage["name"], stage["metrics"][metric]["value"]) for stage in s2st.get("stages") or [])
         values[kind] = entry
@@ -204,7 +275,16 @@ def run_ours(configs: list[Path], *, tests: Path, dataset_size: int, threads: in
         saved = json.loads(report.read_text())
         flops, samples = parse_ours(saved)
         runtime, _ = parse_ours(saved, "runtime_s")
-    return SideResult(run.wall_s, run.cpu_s, flops, samples, phases_s=parse_durations(run.output), runtime_s=runtime)
+    phases = parse_durations(run.output)
+    return SideResult(run.wall_s, run.cpu_s, flops, samples, phases_s=phases, runtime_s=runtime,
+                      startup_s=ours_startup(run.wall_s, phases))
+
+
+def ours_startup(wall_s: float, phases: dict[str, dict[str, float]]) -> float | None:
+    """Our session's wall outside its cases' call phases (where every measuring pass runs): interpreter, imports,
+    collection, each case's setup (model loading), teardown and the report; None without the durations."""
+    calls = [p["call"] for p in phases.values() if "call" in p]
+    return wall_s - sum(calls) if calls else None
 
 
 # ---------------------------------------------------------------- comparison
@@ -260,6 +340,10 @@ def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, conf
         "ratio": ours_wall / their_wall,
         "ours_cpu_s": statistics.median(r.cpu_s for r in ours_runs),
         "upstream_cpu_s": statistics.median(r.cpu_s for r in their_runs),
+        # spawn to the first measured forward (imports, model loading) apart from the rest: the part of the
+        # ratio that one process per config pays again and one session pays once
+        "ours_startup_s": _median_or_none([r.startup_s for r in ours_runs]),
+        "upstream_startup_s": _median_or_none([r.startup_s for r in their_runs]),
         "ours_walls_s": [r.wall_s for r in ours_runs],
         "upstream_walls_s": [r.wall_s for r in their_runs],
         "upstream_per_type_wall_s": {k: statistics.median(r.per_type_wall_s[k] for r in their_runs)
@@ -272,6 +356,10 @@ def summarize(ours_runs: list[SideResult], their_runs: list[SideResult], *, conf
         "runtime_protocol": protocol,  # ours; upstream's is its own
         "runtime_per_sample": compare_runtime(ours_runs, their_runs),
     }
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.median(values)
 
 
 def compare(configs: list[Path], *, tests: Path, rounds: int = 3, dataset_size: int = 2, threads: int = 1,

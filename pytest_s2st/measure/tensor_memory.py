@@ -322,12 +322,22 @@ def _unwrapped(probe_class: type) -> type:
     return UnwrappedDispatchProbe
 
 
-def run_probed(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool = True, tensors: bool = True):
-    """(result, probe) of one call of fn under a DispatchProbe."""
+def new_probe(*, flops: bool = True, tensors: bool = True):
+    """A DispatchProbe (not entered): the unwrapped handler while torch._dynamo is not imported."""
     cls = _probe_class()
     if "torch._dynamo" not in sys.modules:
         cls = _fast_class
-    probe = cls(flops=flops, tensors=tensors)
+    return cls(flops=flops, tensors=tensors)
+
+
+def probe_flops(probe: Any) -> int:
+    """The FLOPs a probe counted (torch_flops_metric's value)."""
+    return int(sum(probe.by_op.values()))
+
+
+def run_probed(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool = True, tensors: bool = True):
+    """(result, probe) of one call of fn under a DispatchProbe."""
+    probe = new_probe(flops=flops, tensors=tensors)
     probe.start((args, kwargs))
     with probe:
         result = fn(*args, **kwargs)
@@ -367,7 +377,7 @@ def torch_flops_metric(probe: Any) -> Metric:
     if probe.uncounted:  # a lower bound: say which ops were left out, and how often
         details["uncounted"] = {str(op): int(n) for op, n in sorted(probe.uncounted.items(), key=str)}
         details["partial"] = True
-    return Metric(int(sum(by_op.values())), TORCH_METHOD, details=details)
+    return Metric(probe_flops(probe), TORCH_METHOD, details=details)
 
 
 def probe_call(fn: Callable[..., Any], args: tuple, kwargs: dict, *, flops: bool,

@@ -11,8 +11,9 @@ against the current directory. Shims:
   ``feature_utils`` importable for the HuBERT reader upstream imports (a placeholder
   ``npy_append_array`` where that package is missing: only feature dumping uses it);
 - python-papi >= 6 dropped ``papi_high.start_counters``; where it is missing, the same two calls are
-  served by torch's dispatch-level FLOP counter, so upstream "flops" equal ours by construction of
-  the counter (and are not hardware counts);
+  served by our FLOPs pass's dispatch-level counter (torch.utils.flop_counter's formulas plus the attention
+  kernels' of measure/attention_flops.py: plain FlopCounterMode counts the CPU SDPA and fused attention
+  paths as 0), so upstream "flops" equal ours by construction of the counter (and are not hardware counts);
 - librosa >= 0.10 keyword-only ``filters.mel`` (Griffin-Lim), as in our pipelines: librosa (and numba)
   imported only when Griffin-Lim builds its filters, as upstream's own get_mel_filters does.
 """
@@ -65,18 +66,18 @@ def install_shims() -> None:
         pypapi.events = types.SimpleNamespace(PAPI_DP_OPS="PAPI_DP_OPS")
         sys.modules.update({"pypapi": pypapi, "pypapi.papi_high": papi_high, "pypapi.events": pypapi.events})
     if not hasattr(papi_high, "start_counters"):
-        from torch.utils.flop_counter import FlopCounterMode
+        from ..measure.tensor_memory import new_probe, probe_flops
 
         state: dict[str, Any] = {}
 
         def start_counters(events):
-            state["mode"] = FlopCounterMode(display=False)
-            state["mode"].__enter__()
+            state["probe"] = new_probe(flops=True, tensors=False)  # our FLOPs pass's counter, attention included
+            state["probe"].__enter__()
 
         def stop_counters():
-            mode = state.pop("mode")
-            mode.__exit__(None, None, None)
-            return [mode.get_total_flops()]
+            probe = state.pop("probe")
+            probe.__exit__(None, None, None)
+            return [probe_flops(probe)]
 
         papi_high.start_counters, papi_high.stop_counters = start_counters, stop_counters
 
