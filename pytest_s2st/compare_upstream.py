@@ -218,20 +218,30 @@ def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable
 
 
 def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executable) -> SideResult:
-    result = SideResult(0.0, 0.0, {}, {}, startup_s=0.0)
+    """get_metrics.py once per config, one after the other, as one side."""
+    sides = []
     for config in configs:
         kind = config_key(config)  # our JSON's case id
         run, flops, samples = run_upstream_one(config, threads=threads, python=python)
-        result.wall_s += run.wall_s
-        result.cpu_s += run.cpu_s
-        result.per_type_wall_s[kind] = run.wall_s
-        result.flops[kind] = flops
-        result.runtime_s[kind] = parse_upstream_runtime(run.output)
-        startup = run.marks_s.get("measuring")
-        result.startup_s = None if startup is None or result.startup_s is None else result.startup_s + startup
-        if samples is not None:
-            result.samples[kind] = samples
-    return result
+        sides.append(SideResult(run.wall_s, run.cpu_s, {kind: flops}, {} if samples is None else {kind: samples},
+                                per_type_wall_s={kind: run.wall_s}, runtime_s={kind: parse_upstream_runtime(run.output)},
+                                startup_s=run.marks_s.get("measuring")))
+    return combine(sides)
+
+
+def combine(sides: list[SideResult]) -> SideResult:
+    """Several runs of one side (one process per config, run apart) as one: walls, CPU and startups added
+    (startup None when any is), per-config entries merged."""
+    out = SideResult(0.0, 0.0, {}, {}, startup_s=0.0)
+    for side in sides:
+        out.wall_s += side.wall_s
+        out.cpu_s += side.cpu_s
+        out.startup_s = None if side.startup_s is None or out.startup_s is None else out.startup_s + side.startup_s
+        for mine, theirs in ((out.flops, side.flops), (out.samples, side.samples),
+                             (out.per_type_wall_s, side.per_type_wall_s), (out.phases_s, side.phases_s),
+                             (out.runtime_s, side.runtime_s)):
+            mine.update(theirs)
+    return out
 
 
 # ---------------------------------------------------------------- ours
