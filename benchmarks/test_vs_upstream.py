@@ -4,7 +4,8 @@ get_metrics.py run once per config (how upstream is used), on the same models, s
 
 Walls are whole processes, spawn to exit, imports included. Target: ours <= 0.5x the sum of
 upstream's walls, and every FLOP count upstream prints (per stage of a cascade, total of a
-single-stage type) equal to ours: both count with torch's FlopCounterMode.
+single-stage type) equal to ours: both count with our FLOPs pass's dispatch counter (FlopCounterMode's
+formulas plus the attention kernels').
 One alternation per run (about 1.5 min here); `python -m pytest_s2st.compare_upstream --rounds 3`
 does several and reports medians.
 """

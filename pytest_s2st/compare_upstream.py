@@ -5,8 +5,11 @@ and warm-up (upstream hard-codes warm_up(repeat=2) on sample 0, then gather_all_
 and thread count (OMP_NUM_THREADS / MKL_NUM_THREADS in both environments; ours also --s2st-threads).
 A wall is perf_counter from spawn to exit: interpreter start and imports included, as a user waits.
 FLOPs come from upstream's printed lines and from our --benchmark-json; upstream's flops are
-torch's FlopCounterMode behind its PAPI calls (see pipelines/fairseq_upstream.py), so both sides
-use the same counter and should agree to the rounding upstream applies (round(mean)).
+our FLOPs pass's dispatch counter behind its PAPI calls (see pipelines/fairseq_upstream.py), so both
+sides use the same counter and should agree to the rounding upstream applies (round(mean)).
+Results are keyed by our case id (``config_key``); ``derive_config`` copies a config onto another
+number of samples (the full-size benchmark runs dataset_size 1); ``startup_s`` (spawn to the first
+measured forward) is reported apart from the rest of each wall.
 
     python -m pytest_s2st.compare_upstream --rounds 3 [--tests benchmarks/test_inference.py]
 
