@@ -227,7 +227,8 @@ def run_upstream(configs: list[Path], *, threads: int, python: str = sys.executa
         kind = config_key(config)  # our JSON's case id
         run, flops, samples = run_upstream_one(config, threads=threads, python=python)
         sides.append(SideResult(run.wall_s, run.cpu_s, {kind: flops}, {} if samples is None else {kind: samples},
-                                per_type_wall_s={kind: run.wall_s}, runtime_s={kind: parse_upstream_runtime(run.output)},
+                                per_type_wall_s={kind: run.wall_s},
+                                runtime_s={kind: parse_upstream_runtime(run.output)},
                                 startup_s=run.marks_s.get("measuring")))
     return combine(sides)
 

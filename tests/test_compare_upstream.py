@@ -138,7 +138,8 @@ def test_derived_fastspeech2_config_runs_through_upstream(tmp_path):
     samples = load_npy_dataset(doc["general"]["dataset_path"])
     assert len(samples) == 1 and samples[0]["target_lengths"] is None
     assert samples[0]["net_input"]["prev_output_tokens"] is None
-    assert load_config(path, known_model_types=known_model_types()).case_id == cu.config_key(path) == cu.config_key(source)
+    case_id = load_config(path, known_model_types=known_model_types()).case_id
+    assert case_id == cu.config_key(path) == cu.config_key(source)
     run, flops, n = cu.run_upstream_one(path, threads=1)
     assert n == 1 and flops["total"] > 0, run.output[-2000:]
     assert run.marks_s["measuring"] is not None and run.marks_s["measuring"] < run.wall_s
