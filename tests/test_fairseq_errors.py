@@ -289,3 +289,29 @@ def test_raw_audio_at_another_rate_into_a_waveform_model(tmp_path):
         waveform_features(cfg, wav, 8000, "here")
     x = waveform_features(cfg, wav, 16000, "here")
     assert x.shape == (1, 800) and abs(float(x.mean())) < 1e-5 and abs(float(x.std(unbiased=False)) - 1) < 1e-3
+
+
+def test_fbank_hint_tells_a_broken_torchaudio_from_a_missing_one(monkeypatch):
+    """A torchaudio that is installed but does not load (PyPI's CUDA build beside CPU torch) is named as such,
+    not answered with 'pip install torchaudio' (which is what put it there)."""
+    import importlib
+    import importlib.util
+
+    from pytest_s2st.pipelines import fairseq as fs
+
+    real_find, real_import = importlib.util.find_spec, importlib.import_module
+
+    def find(name, *a, **k):
+        return object() if name == "torchaudio" else real_find(name, *a, **k)
+
+    def broken(name, *a, **k):
+        if name.startswith("torchaudio"):
+            raise OSError("Could not load this library: /x/lib/_torchaudio.so\nmore")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find)
+    monkeypatch.setattr(importlib, "import_module", broken)
+    hint = fs._fbank_backend_problem()
+    assert "installed but does not load" in hint and "_torchaudio.so" in hint and "\n" not in hint
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == "torchaudio" else real_find(name))
+    assert "pip install torchaudio" in fs._fbank_backend_problem()

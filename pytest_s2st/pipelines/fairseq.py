@@ -81,6 +81,22 @@ def allow_fairseq_globals() -> None:
     torch.serialization.add_safe_globals([argparse.Namespace])
 
 
+def _fbank_backend_problem() -> str:
+    """Why neither PyKaldi nor torchaudio computed fbank: torchaudio missing, or installed but not loading
+    (PyPI's torchaudio is a CUDA build whose compiled libraries fail beside CPU torch)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("torchaudio") is None:
+        return "needs torchaudio or PyKaldi (pip install torchaudio)"
+    try:
+        importlib.import_module("torchaudio.compliance.kaldi")
+    except Exception as exc:  # noqa: BLE001  (any load failure is the answer we report)
+        return (f"needs torchaudio, which is installed but does not load ({_one_line(exc)}): a build for another "
+                "torch; `make install` removes its compiled libraries (docs/install.md)")
+    return "needs torchaudio or PyKaldi: torchaudio loads, but fairseq's fbank returned nothing"
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -258,7 +274,7 @@ def waveform_features(data_cfg: Any, wav: Any, sample_rate: int, where: str) -> 
                         f"failed: {_one_line(exc)}") from None
     if feats is None:
         raise S2STError(f"{where}: the model takes {n_bins}-dim log-mel fbank features; computing them from raw "
-                        "audio needs torchaudio or PyKaldi (pip install torchaudio), or use an npy feature dataset")
+                        f"audio {_fbank_backend_problem()}, or use an npy feature dataset")
     transforms = CompositeAudioFeatureTransform.from_config_dict(data_cfg.get_feature_transforms("test", False))
     if transforms is not None:
         feats = transforms(feats)
