@@ -170,8 +170,10 @@ def test_stream_candidate_vs_baseline(tmp_path):
     cand["quality"] = POLICY
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(base, sort_keys=False))
     (tmp_path / "stream.yaml").write_text(yaml.safe_dump(cand, sort_keys=False))
-    (tmp_path / "wl.jsonl").write_text(json.dumps({"id": "u1", "text": TEXT, "language": "en", "voice": "Vivian",
-                                                   "seed": 7}) + "\n")
+    # one request per slot of the highest level (at c4 one line would leave 3 slots idle); each its own seed
+    (tmp_path / "wl.jsonl").write_text("".join(
+        json.dumps({"id": f"u{i + 1}", "text": TEXT, "language": "en", "voice": "Vivian", "seed": 7 + i}) + "\n"
+        for i in range(max(levels))))
     (tmp_path / "test_service.py").write_text(SERVICE_TEST)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-s", "--benchmark-json=out.json",
            f"--s2st-config={tmp_path / 'stream.yaml'}", "test_service.py"]
