@@ -58,8 +58,20 @@ def varied_config(tmp_path: Path) -> Path:
     """The staged S2UT (+ CodeHiFiGAN with durations) config over VARIED_SIZE samples, paths absolute."""
     from pytest_s2st.tiny.fairseq_tiny import default_configs
 
+    import yaml
+
+    from pytest_s2st.datasets import generate_random_dataset, load_npy_dataset, save_npy_dataset
+
     source = next(c for c in default_configs() if c.stem == "S2UT")
-    return compare_upstream.derive_config(source, tmp_path, dataset_size=VARIED_SIZE)
+    path = compare_upstream.derive_config(source, tmp_path, dataset_size=VARIED_SIZE)
+    # the staged dataset holds 3 samples, two of one length: VARIED_SIZE random ones of distinct lengths instead,
+    # so the vocoder meets a new input length on most samples (what upstream times cold)
+    doc = yaml.safe_load(path.read_text())
+    feat_dim = int(load_npy_dataset(doc["general"]["dataset_path"], size=1)[0]["net_input"]["src_tokens"].shape[-1])
+    samples = generate_random_dataset(VARIED_SIZE, feat_dim=feat_dim, min_len=40, max_len=80, seed=3)
+    doc["general"]["dataset_path"] = str(save_npy_dataset(samples, tmp_path / "varied.npy", torch_tensors=True))
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def test_upstream_protocol_times_what_upstream_times(tmp_path, timing_target):
