@@ -55,23 +55,15 @@ PARITY_BAND = (0.8, 1.25)  # ours (upstream protocol) / upstream, per stage: wit
 
 
 def varied_config(tmp_path: Path) -> Path:
-    """The staged S2UT (+ CodeHiFiGAN with durations) config over VARIED_SIZE samples, paths absolute."""
-    from pytest_s2st.tiny.fairseq_tiny import default_configs
-
-    import yaml
-
-    from pytest_s2st.datasets import generate_random_dataset, load_npy_dataset, save_npy_dataset
+    """The staged S2UT (+ CodeHiFiGAN with durations) config, paths absolute, over VARIED_SIZE random samples of
+    40-80 frames: the staged dataset holds 3, two of one length, and the vocoder should meet a new input length
+    on most samples (what upstream times cold)."""
+    from pytest_s2st.datasets import generate_random_dataset
+    from pytest_s2st.tiny.fairseq_tiny import FEAT_DIM, default_configs
 
     source = next(c for c in default_configs() if c.stem == "S2UT")
-    path = compare_upstream.derive_config(source, tmp_path, dataset_size=VARIED_SIZE)
-    # the staged dataset holds 3 samples, two of one length: VARIED_SIZE random ones of distinct lengths instead,
-    # so the vocoder meets a new input length on most samples (what upstream times cold)
-    doc = yaml.safe_load(path.read_text())
-    feat_dim = int(load_npy_dataset(doc["general"]["dataset_path"], size=1)[0]["net_input"]["src_tokens"].shape[-1])
-    samples = generate_random_dataset(VARIED_SIZE, feat_dim=feat_dim, min_len=40, max_len=80, seed=3)
-    doc["general"]["dataset_path"] = str(save_npy_dataset(samples, tmp_path / "varied.npy", torch_tensors=True))
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    samples = generate_random_dataset(VARIED_SIZE, feat_dim=FEAT_DIM, min_len=40, max_len=80, seed=3)
+    return compare_upstream.derive_config(source, tmp_path, dataset_size=VARIED_SIZE, samples=samples)
 
 
 def test_upstream_protocol_times_what_upstream_times(tmp_path, timing_target):

@@ -128,13 +128,14 @@ def config_key(config: Path) -> str:
     return f"{general.get('model_type')}-{name if name not in (None, '') else config.stem}"
 
 
-def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys: dict | None = None) -> Path:
+def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys: dict | None = None,
+                  samples: list[dict] | None = None) -> Path:
     """config's YAML written into out_dir under the same file name, on the same models and data: its relative
     paths made absolute as our loader resolves them (config.PATH_KEYS, the model type's, the checkpoint path;
     not config_yaml, which fairseq reads from `data`), general.dataset_size set. sample_keys: the first
     dataset_size samples of its npy dataset are copied beside it with these top-level and net_input keys added
     (``{"target_lengths": None, "net_input": {"prev_output_tokens": None}}``: what upstream's core.py reads of
-    a FastSpeech2 sample and its own npy format lacks)."""
+    a FastSpeech2 sample and its own npy format lacks). samples: written as its dataset instead of the config's own."""
     import yaml
 
     from .config import PATH_KEYS, _resolve_paths
@@ -148,12 +149,13 @@ def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys
     doc["general"]["dataset_size"] = dataset_size
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if sample_keys:
+    if sample_keys or samples is not None:
         from .datasets import load_npy_dataset, save_npy_dataset
 
-        extra = dict(sample_keys)
+        if samples is None:
+            samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)
+        extra = dict(sample_keys or {})
         net_extra = extra.pop("net_input", {})
-        samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)
         samples = [{**s, **extra, "net_input": {**s["net_input"], **net_extra}} for s in samples]
         doc["general"]["dataset_path"] = str(save_npy_dataset(samples, out_dir / f"{config.stem}.npy",
                                                               torch_tensors=True))

@@ -143,3 +143,18 @@ def test_derived_fastspeech2_config_runs_through_upstream(tmp_path):
     run, flops, n = cu.run_upstream_one(path, threads=1)
     assert n == 1 and flops["total"] > 0, run.output[-2000:]
     assert run.marks_s["measuring"] is not None and run.marks_s["measuring"] < run.wall_s
+
+
+def test_derive_config_writes_given_samples_as_its_dataset(tmp_path):
+    """derive_config(samples=...): those samples, not the config's own, are the copy's dataset (the parity benchmark's
+    8 varied samples where the staged dataset has 3)."""
+    from pytest_s2st.datasets import generate_random_dataset, load_npy_dataset
+    from pytest_s2st.tiny.fairseq_tiny import default_configs
+
+    source = next(c for c in default_configs() if c.stem == "S2UT")
+    given = generate_random_dataset(5, feat_dim=80, min_len=40, max_len=80, seed=3)
+    path = cu.derive_config(source, tmp_path, dataset_size=5, samples=given)
+    written = load_npy_dataset(yaml.safe_load(path.read_text())["general"]["dataset_path"])
+    assert [int(s["net_input"]["src_lengths"][0]) for s in written] == \
+        [int(s["net_input"]["src_lengths"][0]) for s in given]
+    assert cu.config_dataset_size(path) == 5
