@@ -108,3 +108,14 @@ def test_print_scorer_id_matches_the_scorer_the_gate_uses(capsys):
     assert main(["--print-scorer-id"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first == get_scorer().scorer_id and first.startswith("s2st-")
+
+
+def test_an_output_file_it_cannot_write_is_one_line_after_the_verdict(runs, capsys):
+    tmp, base, cand = runs
+    good = _write(tmp / "good.json", scores_for(base, cand))
+    args = ["--baseline", str(base), "--candidate", str(cand), "--policy", str(tmp / "policy.json"), "--quality", good]
+    for target in (tmp / "missing" / "v.json", tmp):  # a folder that is not there; a directory
+        assert main(args + ["--json", str(target)]) == 2  # was: an OSError traceback after the verdict
+        out = capsys.readouterr()
+        assert out.out.startswith("s2st-assess: PASS")  # what was measured is still printed
+        assert out.err.count("\n") == 1 and out.err.startswith(f"s2st-assess: --json {target}: ")

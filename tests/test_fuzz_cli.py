@@ -1,4 +1,5 @@
-"""Fuzzing the console scripts' argument parsing (hypothesis), in process: s2st-serve, s2st-stage and s2st-dataset.
+"""Fuzzing the console scripts' argument parsing (hypothesis), in process: s2st-serve, s2st-stage, s2st-dataset,
+s2st-merge and s2st-assess.
 
 Each example is a usable command line with ONE bad value put in (a NUL, a number out of range, huge or negative,
 empty text, unicode digits and line breaks, a path that is a file, a directory, missing, or reaches outside --out,
@@ -20,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from pytest_s2st.cli import dataset, serve, stage
+from pytest_s2st.cli import assess, dataset, merge, serve, stage
 from pytest_s2st.inputs import show
 
 COUNTS: collections.Counter = collections.Counter()
@@ -286,13 +287,75 @@ def test_fuzz_dataset_option(scratch, bad):
     assert not (scratch / "sub").exists() and not (scratch / "r2.npy").exists(), line
 
 
+# --- s2st-merge and s2st-assess -------------------------------------------------------------------------------
+
+junk = st.binary(max_size=80) | st.sampled_from([b"", b"{}", b"[]", b"null", b'{"benchmarks": 1}', b"\xff\xfe",
+                                                 b'{"benchmarks": [], "machine_info": {}}', b"{" * 5000])
+# (argv, content of S/in.json or None, what the line must name)
+merge_lines = st.one_of(
+    (st.just("") | nul_paths).map(lambda p: ([p, f"{S}/in.json"], None, "argument runs")),
+    st.sampled_from([f"{S}/missing.json", f"{S}/dir"]).map(lambda p: ([p, f"{S}/in.json"], b"{}", p)),
+    junk.map(lambda b: ([f"{S}/in.json", f"{S}/in2.json"], b, f"{S}/in.json")),
+    (st.just("") | nul_paths).map(lambda p: ([f"{S}/in.json", f"{S}/in2.json", "-o", p], None, "-o")),
+)
+
+
 @FUZZ
-@given(flag=flags, which=st.sampled_from(["serve", "stage", "dataset"]))
+@given(bad=merge_lines)
+@example(bad=(["", f"{S}/in.json"], None, "argument runs"))  # was: Path("") read as the working directory
+@example(bad=([f"{S}/in.json", f"{S}/in2.json", "-o", "a\0b"], None, "-o"))  # was: argparse's usage block too
+def test_fuzz_merge(scratch, bad):
+    argv, content, name = bad
+    COUNTS["merge"] += 1
+    (scratch / "in.json").write_bytes(content or b"")
+    (scratch / "in2.json").write_bytes(b"{}")
+    refused(merge.main, [*argv, *([] if "-o" in argv else ["-o", f"{S}/m.json"])], scratch, name)
+    assert not (scratch / "m.json").exists()
+
+
+def _a_policy(content: bytes | None) -> bool:
+    import json
+
+    from pytest_s2st.errors import S2STError
+    from pytest_s2st.quality import Policy
+
+    try:
+        Policy.from_mapping(json.loads(content or b""), "fuzz")
+    except (ValueError, S2STError):
+        return False
+    return True
+
+
+RUNS = ["--baseline", f"{S}/dir", "--candidate", f"{S}/dir"]
+assess_lines = st.one_of(
+    st.tuples(st.sampled_from(["--baseline", "--candidate", "--policy", "--quality", "--json", "--write-scores"]),
+              st.just("") | nul_paths).map(lambda t: ([*RUNS, t[0], t[1]], None, t[0])),
+    st.tuples(st.sampled_from(["--policy", "--quality"]), junk).map(lambda t: ([*RUNS, t[0], f"{S}/in.json"], t[1],
+                                                                              f"{S}/in.json")),
+    st.sampled_from([[], RUNS[:2], RUNS[2:]]).map(lambda a: (a, None, "--baseline and --candidate are required")),
+)
+
+
+@FUZZ
+@given(bad=assess_lines)
+@example(bad=([*RUNS, "--json", "a\0b"], None, "--json"))  # was: argparse's usage block above the error
+@example(bad=([*RUNS, "--policy", f"{S}/in.json"], b"[]", f"{S}/in.json"))
+def test_fuzz_assess(scratch, bad):
+    argv, content, name = bad
+    assume(not ("--policy" in argv and _a_policy(content)))  # {} is a policy: no thresholds, nothing to refuse
+    COUNTS["assess"] += 1
+    (scratch / "in.json").write_bytes(content or b"")
+    refused(assess.main, argv, scratch, name)
+
+
+@FUZZ
+@given(flag=flags, which=st.sampled_from(["serve", "stage", "dataset", "merge", "assess"]))
 @example(flag="--zz\nx", which="dataset")  # was: printed as is, two lines
 @example(flag="--zz\nx", which="serve")
 def test_fuzz_unknown_option(scratch, flag, which):
     COUNTS["unknown_option"] += 1
     main, argv = {"serve": (serve.main, ["--demo-tone", "--port", "0"]), "stage": (stage.main, [f"{S}/never"]),
-                  "dataset": (dataset.main, RANDOM)}[which]
+                  "dataset": (dataset.main, RANDOM), "merge": (merge.main, [f"{S}/in.json", f"{S}/in2.json", "-o", f"{S}/m.json"]),
+                  "assess": (assess.main, RUNS)}[which]
     assume(flag.strip() and "\0" not in flag)
     refused(main, [*argv, flag], scratch, flag)

@@ -8,7 +8,6 @@ of one ``--s2st-shard i/n`` job. The output is again one pytest-benchmark run, s
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -16,16 +15,17 @@ import tempfile
 from pathlib import Path
 
 from ..errors import S2STError
+from .args import OneLineParser, path_arg, refuse
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="s2st-merge",
         description="Join the pytest-benchmark JSONs saved by --s2st-shard jobs into one run. Refuses "
                     "runs of another machine kind, Python, commit or pytest-benchmark version, and a "
                     "benchmark present in two files.")
-    parser.add_argument("runs", nargs="+", type=Path, help="saved runs (pytest-benchmark JSON), two or more")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="merged JSON to write (parents created)")
+    parser.add_argument("runs", nargs="+", type=path_arg, help="saved runs (pytest-benchmark JSON), two or more")
+    parser.add_argument("-o", "--output", type=path_arg, required=True, help="merged JSON to write (parents created)")
     parser.add_argument("--repeats", action="store_true",
                         help="the runs are repeat processes of the same benchmarks (not shards): each benchmark's "
                              "runtime becomes the mean of its runs, each run's mean kept, so that compare can tell "
@@ -47,11 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(dumps(merged, indent=4))  # never NaN: it is not JSON
         os.replace(tmp, args.output)
     except S2STError as exc:
-        print(f"s2st-merge: error: {exc}", file=sys.stderr)
-        return 2
+        return refuse("s2st-merge", exc)
     except OSError as exc:
-        print(f"s2st-merge: error: {args.output}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return refuse("s2st-merge", f"-o {args.output}: {exc.strerror or exc}")
     print(f"s2st-merge: {len(merged['benchmarks'])} benchmark(s) from {len(args.runs)} run(s) -> {args.output}")
     return 0
 
