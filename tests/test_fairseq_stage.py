@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 import time
 import zipfile
@@ -37,6 +38,12 @@ def test_cli_restage_is_byte_identical(staged, tmp_path, capsys):
                  "hubert/checkpoint.pt", "hubert/km.npy", "fastspeech2/checkpoint.pt", "fastspeech2/hifigan.pt"):
         assert first[name] in printed, name  # the script prints what it wrote, with hashes
     assert "configs/3StageS2ST.yaml" in printed
+    lines = printed.splitlines()
+    files = [ln for ln in lines if ln.startswith(("dataset ", "config "))]
+    models = [ln for ln in lines if ln.endswith((".pt", ".npy")) and not ln.startswith(("dataset ", "config "))]
+    assert len(files) >= 16 and len(models) == 12
+    for table in (files, models):  # the path column starts at one offset, however long a name (was: shifted)
+        assert len({ln.rindex(" ") for ln in table}) == 1, table
     for name in fairseq_tiny.FS2_CONFIGS:
         assert f"configs/{name}.yaml" in printed
 
@@ -265,6 +272,6 @@ def test_cli_also_stages_the_tiny_qwen3tts_with_its_manifest(tmp_path, capsys):
 
     out = tmp_path / "all"
     assert stage_cli.main([str(out)]) == 0
-    assert "config  Qwen3TTS" in capsys.readouterr().out
+    assert re.search(r"^config +Qwen3TTS +configs/Qwen3TTS.yaml$", capsys.readouterr().out, re.M)
     check_manifest(out / "qwen3tts")  # every file's size and SHA256 as listed
     assert "path: ../qwen3tts" in (out / "configs" / "Qwen3TTS.yaml").read_text()

@@ -53,25 +53,40 @@ def main(argv: list[str] | None = None) -> int:
     (result, qwen), seed = staged
     out = Path(result["out_dir"])
     print(f"staged into {out} (seed {seed})")
-    print(f"{'model':<14} {'KiB':>7} {'build s':>8}  sha256")
-    for name, m in result["models"].items():
-        print(f"{name:<14} {m['bytes'] / 1024:>7.1f} {m['build_s']:>8.2f}  {m['sha256']}  "
-              f"{Path(m['path']).relative_to(out)}")
-    _print_files(result, out, 8, 11)
+    rows = [[name, f"{m['bytes'] / 1024:.1f}", f"{m['build_s']:.2f}", m["sha256"], str(Path(m["path"]).relative_to(out))]
+            for name, m in result["models"].items()]
+    configs = dict(result["configs"])
     if qwen is not None:
-        model_dir, config = qwen
-        print(f"qwen3tts       {sum(f.stat().st_size for f in model_dir.rglob('*') if f.is_file()) / 1024:>7.1f}"
-              f"           {model_dir.relative_to(out)} (manifest: model-assets.json)")
-        print(f"config  {'Qwen3TTS':<11} {config.relative_to(out)}")
+        model_dir, configs["Qwen3TTS"] = qwen
+        kib = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file()) / 1024
+        rows.append(["qwen3tts", f"{kib:.1f}", "", "", f"{model_dir.relative_to(out)} (manifest: model-assets.json)"])
+    _print_table(["model", "KiB", "build s", "sha256", "path"], rows)
+    _print_files(result["datasets"], configs, out)
     return 0
 
 
-def _print_files(result: dict, out: Path, dataset_width: int, config_width: int) -> None:
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns as wide as their widest cell (names vary in length): text left, numbers right, the last unpadded."""
+    table = [header, *rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    numeric = [all(_is_number(r[i]) for r in rows) for i in range(len(header))]
+    for r in table:
+        cells = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r[:-1], widths, numeric)]
+        print("  ".join([*cells, r[-1]]))
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", ""))
+    except ValueError:
+        return cell == ""
+    return True
+
+
+def _print_files(datasets: dict, configs: dict, out: Path) -> None:
     """The staged datasets and configs, one line each, relative to OUT."""
-    for name, p in result["datasets"].items():
-        print(f"dataset {name:<{dataset_width}} {Path(p).relative_to(out)}")
-    for name, p in result["configs"].items():
-        print(f"config  {name:<{config_width}} {Path(p).relative_to(out)}")
+    _print_table(["kind", "name", "path"], [["dataset", name, str(Path(p).relative_to(out))] for name, p in datasets.items()]
+                 + [["config", name, str(Path(p).relative_to(out))] for name, p in configs.items()])
 
 
 def _staged(args: argparse.Namespace, default_seed: int, build: Callable[[int], T]) -> tuple[T, int] | None:
@@ -100,12 +115,11 @@ def _stage_full(args: argparse.Namespace) -> int:
     result, seed = staged
     out = Path(result["out_dir"])
     print(f"staged full-size models into {out} (seed {seed})")
-    print(f"{'model':<20} {'MiB':>7} {'build s':>8} {'params':>12} {'released':>12}  sha256")
-    for name, m in result["models"].items():
-        released = f"{m['released']:,}" if m["released"] else "unpublished"
-        print(f"{name:<20} {m['bytes'] / 2**20:>7.1f} {m['build_s']:>8.2f} {m['params']:>12,} {released:>12}  "
-              f"{m['sha256']}  {Path(m['path']).relative_to(out)}")
-    _print_files(result, out, 10, 15)
+    _print_table(["model", "MiB", "build s", "params", "released", "sha256", "path"],
+                 [[name, f"{m['bytes'] / 2**20:.1f}", f"{m['build_s']:.2f}", f"{m['params']:,}",
+                   f"{m['released']:,}" if m["released"] else "unpublished", m["sha256"],
+                   str(Path(m["path"]).relative_to(out))] for name, m in result["models"].items()])
+    _print_files(result["datasets"], result["configs"], out)
     for name, entry in (result["qwen3tts"] or {}).items():
         print(f"qwen3tts {name}: {entry}")
     return 0
