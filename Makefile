@@ -9,6 +9,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
+FAIRSEQ := $(shell grep -o 'fairseq-fixed==[0-9.]*' pyproject.toml)
 EXTRAS ?= dev,fairseq,papi,quality,qwen
 # where torch comes from: empty = pip's default; CI on GitHub runners sets PyTorch's CPU wheel index
 TORCH_INDEX ?=
@@ -30,6 +31,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
 	echo "$(TORCH)" > $(VENV)/constraints.txt
+	# fairseq-fixed is an sdist whose build requires torch: pip's isolated build environment would fetch one of
+	# its own (from PyPI a multi-GB CUDA build, whatever TORCH_INDEX says), so it is built against the venv's torch
+	case ",$(EXTRAS)," in *,fairseq,*) $(PY) -m pip install -q -c $(VENV)/constraints.txt setuptools wheel cython numpy && \
+	  $(PY) -m pip install -q -c $(VENV)/constraints.txt --no-build-isolation $(FAIRSEQ);; esac
 	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[$(EXTRAS)]"
 	case ",$(EXTRAS)," in *,quality,*) $(PY) -m pip install -q --no-deps resemblyzer==0.1.4;; esac
 	# qwen-tts imports torchaudio; PyPI has only CUDA torchaudio builds, whose compiled libs fail to load
@@ -75,11 +80,11 @@ bench-power: install
 # every table goes to FULL_REPORT_DIR. The plugin's own run over configs/full/*.yaml follows, as users run it.
 FULL_REPORT_DIR ?= .benchmarks/full
 bench-full: install
-	S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) \
-	QWEN3TTS_FULL_DIR=$$($(PY) -c "from pytest_s2st.tiny.qwen_full import full_qwen3tts_dir; print(full_qwen3tts_dir())") \
-	  $(PY) -m pytest benchmarks/test_full_size.py -m fullsize -s $(BENCH_ARGS)
-	S2ST_FULL_DIR=$$($(PY) -m pytest_s2st.tiny.fairseq_full | tail -n 1) \
-	QWEN3TTS_FULL_DIR=$$($(PY) -c "from pytest_s2st.tiny.qwen_full import full_qwen3tts_dir; print(full_qwen3tts_dir())") \
+	# each builder prints its folder alone on stdout; a failed build stops here (an assignment keeps the status)
+	full=$$($(PY) -m pytest_s2st.tiny.folder fairseq-full) && qwen=$$($(PY) -m pytest_s2st.tiny.folder qwen3tts-full) && \
+	S2ST_FULL_REPORT_DIR=$(FULL_REPORT_DIR) QWEN3TTS_FULL_DIR=$$qwen \
+	  $(PY) -m pytest benchmarks/test_full_size.py -m fullsize -s $(BENCH_ARGS) && \
+	S2ST_FULL_DIR=$$full QWEN3TTS_FULL_DIR=$$qwen \
 	  $(PY) -m pytest benchmarks/test_inference.py \
 	  $(foreach c,$(wildcard configs/full/*.yaml),--s2st-config $(c)) $(BENCH_ARGS)
 

@@ -54,9 +54,14 @@ QWEN_TEXT = "The library on the corner stays open late on Thursdays, so I usuall
 
 def _qwen_unavailable() -> str | None:
     """Why the full-size Qwen3-TTS cannot run here (one line), or None."""
-    if not os.environ.get("QWEN3TTS_FULL_DIR"):
-        return ("QWEN3TTS_FULL_DIR is unset (build it once: python -c \"from pytest_s2st.tiny.qwen_full import "
-                "full_qwen3tts_dir; print(full_qwen3tts_dir())\")")
+    folder = os.environ.get("QWEN3TTS_FULL_DIR")
+    if not folder:
+        return "QWEN3TTS_FULL_DIR is unset (build it once and print its folder: python -m pytest_s2st.tiny.folder qwen3tts-full)"
+    if not (Path(folder) / "config.json").is_file():  # set, but wrong: an error, not a model silently left out
+        from pytest_s2st.inputs import show
+
+        pytest.fail(f"QWEN3TTS_FULL_DIR={show(folder)} (environment): no config.json there; "
+                    f"python -m pytest_s2st.tiny.folder qwen3tts-full prints the folder of the build", pytrace=False)
     if importlib.util.find_spec("qwen_tts") is None:
         return "qwen-tts is not installed (the qwen extra: pip install -e '.[qwen]')"
     return None
