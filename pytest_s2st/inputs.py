@@ -129,12 +129,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (a number that is not finite is missing evidence)")
 
 
+def loads_finite(text: str | bytes) -> Any:
+    """json.loads that refuses NaN/Infinity (ValueError), as JSON does: a value from outside that later goes
+    into a record must be writable as JSON again."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def parse_json(text: str | bytes, where: str, what: str | None = None) -> Any:
     """json.loads that refuses NaN/Infinity and nesting too deep; one S2STError line naming ``where``
     (and ``what`` was being read)."""
     prefix = f"{where}: cannot read {what}: " if what else f"{where}: "
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return loads_finite(text)
     except RecursionError:
         raise S2STError(f"{prefix}nested too deep") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError

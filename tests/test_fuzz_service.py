@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pytest_s2st import runs
@@ -200,6 +200,9 @@ def test_http1_parser_completes_or_names_the_fault(pieces):
 
 @settings(FUZZ, max_examples=200)
 @given(answer=st.builds(framed, framings, sse_bodies) | responses())
+# was: Infinity parsed into the record, written as it came, and requests.jsonl unreadable after the run
+@example(answer=framed("chunked", b'data: {"type": "done", "samples": 0, "streaming": Infinity}\n\n'))
+@example(answer=framed("length", b'data: {"type": "speech.audio.done", "usage": NaN}\n\n'))
 def test_loopback_server_answers_end_as_one_record_each(answer):
     COUNTS["loopback"] += 1
 

@@ -26,6 +26,8 @@ import os
 import struct
 from typing import Any
 
+from ..inputs import loads_finite
+
 OWN, OPENAI = "s2st", "openai"
 PROTOCOLS = (OWN, OPENAI)
 DEFAULT_SAMPLE_RATE = 24_000  # OpenAI's pcm: 24 kHz, int16 little-endian, mono
@@ -115,7 +117,7 @@ def parse_event(raw: bytes) -> tuple[str, Any]:
     if raw.strip() == b"[DONE]":  # the chat API's end marker: some servers end speech streams with it too
         return "done", {}
     try:
-        event = json.loads(raw)
+        event = loads_finite(raw)  # NaN/Infinity are not JSON
     except (ValueError, RecursionError):
         raise ValueError(f"malformed SSE event: {raw[:80]!r}") from None
     if not isinstance(event, dict):

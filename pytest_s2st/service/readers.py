@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from . import openai_api as oa
+from ..inputs import loads_finite
 from .evidence import AudioSink
 
 _MAX_EVENT = 16 * 1024 * 1024  # one SSE event, whatever max_audio_s allows
@@ -242,7 +243,7 @@ Reader = Callable[[Stream], Awaitable[None]]
 
 def _parse(raw: bytes) -> dict:
     try:
-        event = json.loads(raw)
+        event = loads_finite(raw)  # NaN/Infinity are not JSON: a done event's value goes into the record
     except (ValueError, RecursionError):  # RecursionError: nested too deep
         raise Fail(f"malformed SSE event: {raw[:80]!r}") from None
     if not isinstance(event, dict):
