@@ -80,8 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
             state.load_cases()  # a bad config is a usage error before collection
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if compare_fail and not config.getoption("benchmark_compare", None):
-        raise pytest.UsageError("--s2st-compare-fail needs --benchmark-compare (a saved run to compare with)")
     if _xdist_distributes(config):  # -n N: workers time, the controller merges (plugin_xdist.py)
         from .plugin_xdist import XdistGlue
 
@@ -316,6 +314,8 @@ def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
 @pytest.fixture
 def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     """Call as ``s2st_benchmark(model, inputs)``: measures runtime, memory and FLOPs of every stage.
+    ``s2st_benchmark(model, inputs, baseline=other)``: an in-process A/B -- ``other`` measured too and timed in
+    rounds alternating with ``model``'s (ABBA), the row carrying the paired candidate/baseline ratio.
 
     ``model``: your own callable (one input in, one output out) or ``s2st_pipeline``; ``inputs``: a list, an
     array (one input per row), any iterable of inputs, or ``s2st_dataset`` (dataset_size already applied).
@@ -328,7 +328,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
-    def run(pipeline, dataset) -> Measurement:
+    def run(pipeline, dataset, *, baseline=None) -> Measurement:
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
         from .datasets import inputs_from
@@ -338,6 +338,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         try:
             if not is_pipeline(pipeline):
                 pipeline = from_function(pipeline, where)
+            if baseline is not None and not is_pipeline(baseline):
+                baseline = from_function(baseline, f"{request.node.nodeid}: s2st_benchmark(..., baseline=)")
             dataset = inputs_from(dataset, where)
         except S2STError as exc:
             fail(exc)
@@ -361,7 +363,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
         try:
             measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
-                             drive_timing=drive, measurement=measurement,
+                             drive_timing=drive, measurement=measurement, baseline=baseline,
                              progress=_progress_writer(request.config, measurement.case_id))
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
             fail(exc)
@@ -413,6 +415,8 @@ def _item_verdict(item: pytest.Item):
         gate = gate_verdict(service)
         if gate is not None:
             verdicts.append(gate)
+    if measurement is not None and measurement.baseline is not None:
+        verdicts += _ab_verdict(item, measurement)
     if not verdicts:
         return None
     order = {FAIL: 0, INCONCLUSIVE: 1, PASS: 2}
@@ -421,6 +425,19 @@ def _item_verdict(item: pytest.Item):
     # a speedup is reported only when everything passed
     speedup = next((v.speedup for v in verdicts if v.speedup), None) if worst.status == PASS else None
     return Verdict(worst.status, reasons, speedup=speedup)
+
+
+def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
+    """An in-process A/B under --s2st-compare-fail: FAIL past a limit, INCONCLUSIVE where one could not be
+    checked; without limits the A/B is reported, not judged."""
+    from .budget import FAIL, INCONCLUSIVE, PASS, Verdict
+    from .report import ab_limits
+
+    limits = session_of(item.config).option("compare_fail")
+    if not limits:
+        return []
+    crossed, unchecked = ab_limits(measurement.to_dict(), limits)
+    return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + ([Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -443,6 +460,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         if item.stash.get(MEASUREMENT_KEY, None) is not None:
             report.s2st_verdict = "ERROR"
         return
+    measurement = item.stash.get(MEASUREMENT_KEY, None)
+    if measurement is not None and measurement.baseline is not None:
+        from .report import ab_change
+
+        change = ab_change(measurement.to_dict())
+        if change is not None:  # the evidence travels with the report: junitxml, CI logs, --report-log
+            report.sections.append(("s2st A/B", f"runtime candidate/baseline: {change.describe()}"))
     verdict = _item_verdict(item)
     if verdict is not None:
         session_of(item.config).record_verdict(item, report, verdict)

@@ -319,7 +319,7 @@ def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
         return None
     from .significance import compare_runs
 
-    return compare_runs(before, after)
+    return compare_runs(before, after, _rounds(old, "runtime_s"), _rounds(new, "runtime_s"))
 
 
 def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -484,3 +484,89 @@ def service_missing_notes(results: Sequence[tuple[str, Mapping[str, Any]]]) -> l
         where = "every level" if len(names) == len(completed) > 1 else ", ".join(names)
         notes.append(f"{where}: {metric} n/a: {reason}")
     return notes
+
+
+# ---------------------------------------------------------------- the in-process A/B (s2st_benchmark(..., baseline=))
+
+def ab_change(s2st: Mapping[str, Any]):
+    """The paired change a measurement's A/B saved (runner._paired_runtime), as a significance.Change; None
+    when the benchmark had no baseline."""
+    from .significance import Change
+
+    ab = s2st.get("ab")
+    if not isinstance(ab, Mapping):
+        return None
+    num = lambda key: finite(ab.get(key))  # noqa: E731
+    pairs = ab.get("pairs")
+    return Change(num("ratio"), num("low"), num("high"), str(ab.get("word", "")),
+                  pairs=pairs if isinstance(pairs, int) and not isinstance(pairs, bool) else 0)
+
+
+def _baseline_metrics(s2st: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(s2st.get("baseline")).get("metrics"))
+
+
+def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """One row per A/B benchmark: both runtimes, the paired ratio with its interval and word, then each other
+    measured metric's candidate value and its change from the baseline."""
+    rows = [(name, s2st, ab_change(s2st)) for name, s2st in records]
+    rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
+    if not rows:
+        return []
+    others = [(key, title) for key, title in COLUMNS[1:]
+              if any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
+    header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
+    body = []
+    for name, s2st, change in rows:
+        old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
+        interval = f" [{change.low:.3f}, {change.high:.3f}]" if change.low is not None else ""
+        ratio = f"x{change.ratio:.3f}{interval}" if change.ratio is not None else "n/a"
+        cells = [name, fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s")),
+                 ratio, change.word]
+        for key, _ in others:
+            old_v, new_v = _value(old, key), _value(new, key)
+            cells.append(f"{fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
+        body.append(cells)
+    return table(header, body)
+
+
+AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process) "
+             "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
+             "columns: the candidate (its change from the baseline)")
+
+
+def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[list[str], list[str]]:
+    """(crossed, unchecked) --s2st-compare-fail limits of one A/B benchmark, candidate against its baseline. The
+    runtime limit is crossed when the paired ratio is past it and the paired interval says slower; a limit
+    whose metric one side lacks, or an A/B without an interval, is unchecked (INCONCLUSIVE, never a pass)."""
+    from .significance import SLOWER
+
+    change = ab_change(s2st)
+    if change is None:
+        return [], []
+    old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
+    crossed, unchecked = [], []
+    for limit in limits:
+        old_v, new_v = _value(old, limit.metric), _value(new, limit.metric)
+        if limit.metric == "runtime_s":
+            if change.ratio is None or change.low is None:
+                unchecked.append(f"runtime_s: the A/B has no interval ({change.describe()}), so limit {limit} "
+                                 "was not checked")
+                continue
+            past = (100 * (change.ratio - 1) > limit.limit if limit.percent
+                    else old_v is not None and new_v is not None and new_v - old_v > limit.limit)
+            if past and change.word == SLOWER:
+                crossed.append(f"runtime_s {change.describe()} against the baseline, limit {limit}")
+            continue
+        if old_v is None or new_v is None:
+            sides = " and ".join(side for side, v in (("baseline", old_v), ("candidate", new_v)) if v is None)
+            why = "; ".join(f"{side}: {_reason(m, limit.metric)}" for side, m, v in
+                            (("baseline", old, old_v), ("candidate", new, new_v)) if v is None)
+            unchecked.append(f"{limit.metric} not measured for the {sides} ({why}), so limit {limit} was not checked")
+            continue
+        amount = limit.exceeded(old_v, new_v)
+        if amount is not None:
+            unit = "%" if limit.percent else ""
+            crossed.append(f"{limit.metric} {fmt_metric(limit.metric, old_v)} -> {fmt_metric(limit.metric, new_v)} "
+                           f"({amount:+.2f}{unit}) against the baseline, limit {limit}")
+    return crossed, unchecked

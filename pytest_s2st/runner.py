@@ -81,6 +81,7 @@ class Measurement:
     stages: list[StageResult] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list, repr=False)  # final stage outputs (not saved)
+    baseline: "Measurement | None" = None  # the in-process A/B's baseline, measured in the same process
 
     @property
     def totals(self) -> dict[str, Metric]:
@@ -101,6 +102,7 @@ class Measurement:
             **self.info,
             "metrics": {k: m.to_dict() for k, m in self.totals.items()},
             "stages": [s.to_dict() for s in self.stages],
+            **({"baseline": self.baseline.to_dict()} if self.baseline is not None else {}),
         }
 
 
@@ -413,6 +415,65 @@ class TimedRounds:
         return out
 
 
+class PairedRounds:
+    """The in-process A/B: the candidate's rounds (timed by the caller, e.g. pytest-benchmark's pedantic, as
+    ``TimedRounds``) with a baseline round of the same input beside each, in ABBA order -- B0 A0, A1 B1, B2 A2,
+    ... -- so a drift of the machine or a cache warmed by one side's last round hits both sides alike. The
+    baseline rounds run in ``setup`` (outside the caller's clock) on the same timer; ``finish`` runs the last
+    pair's baseline round when the candidate went first."""
+
+    def __init__(self, candidate: TimedRounds, baseline: TimedRounds):
+        self.candidate, self.baseline = candidate, baseline
+        self.policy, self.count = candidate.policy, candidate.count
+        self._pending: int | None = None  # the index of a pair whose baseline round is still to run
+
+    @property
+    def timer(self) -> Callable[[], float]:
+        return self.candidate.timer
+
+    @timer.setter
+    def timer(self, value: Callable[[], float]) -> None:
+        self.candidate.timer = self.baseline.timer = value
+
+    def setup(self):
+        if self._pending is not None:
+            self.baseline.run(self._pending)  # B of the last pair (A went first)
+            self._pending = None
+        k = len(self.candidate.round_totals)
+        args, kwargs = self.candidate.setup()
+        if k % 2 == 0:
+            self.baseline.run(args[0])        # B A
+        else:
+            self._pending = args[0]           # A B: B after the candidate's round
+        return args, kwargs
+
+    def run(self, index: int) -> None:
+        self.candidate.run(index)
+
+    def more(self) -> bool:
+        return self.candidate.more()
+
+    def finish(self) -> None:
+        if self._pending is not None:
+            self.baseline.run(self._pending)
+            self._pending = None
+
+    def run_all(self) -> None:
+        while self.more():
+            args, _ = self.setup()
+            self.run(*args)
+        self.finish()
+
+    def change(self):
+        from .significance import compare_pairs
+
+        n = min(len(self.candidate.round_totals), len(self.baseline.round_totals))
+        return compare_pairs(self.baseline.round_totals[:n], self.candidate.round_totals[:n])
+
+
+AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise: a 95 % median interval of 30
+
+
 def min_rounds_for(settings: RunSettings) -> int | None:
     """The floor of timed rounds: the explicit one, else DEFAULT_MIN_ROUNDS (warm) or none (upstream:
     samples x repeat, as get_metrics.py times them)."""
@@ -448,10 +509,17 @@ def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Se
 
 def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
                      drive_timing: Callable[[TimedRounds], str] | None = None,
-                     measurement: Measurement | None = None, progress: Progress | None = None) -> Measurement:
-    """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description."""
+                     measurement: Measurement | None = None, progress: Progress | None = None,
+                     baseline: Any = None) -> Measurement:
+    """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description.
+    ``baseline``: a second pipeline timed in the same rounds, ABBA (PairedRounds), for an in-process A/B."""
     if not samples:
         raise ValueError("empty dataset")
+    if baseline is not None and settings.protocol != "warm":
+        from .errors import S2STError
+
+        raise S2STError(f"an in-process A/B (s2st_benchmark(..., baseline=...)) times both sides under the warm "
+                        f"runtime protocol; got --s2st-runtime-protocol {settings.protocol}")
     if settings.protocol not in PROTOCOLS:
         raise ValueError(f"unknown runtime protocol {settings.protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
@@ -497,15 +565,25 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         measurement.info["warmed_shapes"] = warmed  # per stage: distinct input shapes called before timing
         _isolated_memory(measurement, settings, inputs)  # a child process: nothing of it runs beside timing
 
-    policy = RoundPolicy(len(samples) * settings.repeat, min_rounds_for(settings), settings.target_precision,
+    floor = min_rounds_for(settings)
+    if baseline is not None and settings.min_rounds is None:
+        floor = max(floor or 0, AB_MIN_PAIRS)
+    policy = RoundPolicy(len(samples) * settings.repeat, floor, settings.target_precision,
                          settings.max_time, fill_time=settings.fill_time)
     rounds = TimedRounds(stages, stage_inputs, settings.device, settings.repeat, progress=progress,
                          policy=policy)
+    paired = None
+    if baseline is not None:
+        base_stages, base_inputs = _measure_baseline(baseline, samples, settings, measurement, measurer)
+        paired = PairedRounds(rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat))
+    driven = paired or rounds
     if drive_timing is None:
-        rounds.run_all()
+        driven.run_all()
         timer = "time.perf_counter"
     else:
-        timer = drive_timing(rounds)
+        timer = drive_timing(driven)
+        if paired is not None:
+            paired.finish()
 
     if settings.protocol == "upstream":  # then upstream's max_memory and count_flops passes
         for stage, xs in zip(stages, stage_inputs):
@@ -519,7 +597,49 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         metric.details["threads"] = threads
         metric.details["protocol"] = settings.protocol
         result.metrics["runtime_s"] = metric
+    if paired is not None:
+        _paired_runtime(measurement, paired, method, settings, threads)
     # the runtime goes first in every stage's metrics, as in the table
-    for result in measurement.stages:
-        result.metrics = {k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}
+    for m in (measurement, measurement.baseline):
+        for result in (m.stages if m is not None else ()):
+            result.metrics = {k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}
     return measurement
+
+
+def _measure_baseline(baseline, samples: Sequence[Any], settings: RunSettings, measurement: Measurement,
+                      measurer: "StageMeasurer") -> tuple[list[Any], list[list[Any]]]:
+    """The baseline's untimed passes (warm protocol: memory, FLOPs, tensor peak; every input shape called
+    once), into ``measurement.baseline``; returns its stages and each stage's inputs for the paired rounds."""
+    sync = settings.device.synchronize
+    measurement.baseline = Measurement(f"{measurement.case_id} baseline", baseline.model_type)
+    stages = list(baseline.stages)
+    stage_inputs: list[list[Any]] = [[baseline.prepare_sample(s) for s in samples]]
+    for s, stage in enumerate(stages):
+        result, outputs = measurer.measure(stage, stage_inputs[s])
+        if "instructions" in result.metrics:  # the valgrind child rebuilds the case's model, not the baseline
+            result.metrics["instructions"] = Metric.missing(result.metrics["instructions"].method,
+                                                            "not counted for an in-process A/B's baseline")
+        measurement.baseline.stages.append(result)
+        if s + 1 < len(stages):
+            stage_inputs.append([stage.to_next_input(o) for o in outputs])
+    for stage, xs in zip(stages, stage_inputs):
+        for i in first_of_each_shape(xs):
+            stage.forward(xs[i])
+            sync()
+    return stages, stage_inputs
+
+
+def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str, settings: RunSettings,
+                    threads: Any) -> None:
+    """The baseline's per-stage runtimes and the paired change (``info["ab"]``: what the A/B table and the
+    runtime_s limit read)."""
+    base = measurement.baseline
+    for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
+        metric.details.update(device=settings.device.name, threads=threads, protocol=settings.protocol)
+        result.metrics["runtime_s"] = metric
+    change = paired.change()
+    measurement.info["ab"] = {
+        "ratio": change.ratio, "low": change.low, "high": change.high, "word": change.word, "pairs": change.pairs,
+        "method": "median of paired candidate/baseline round ratios, rounds alternating ABBA in one process; "
+                  "95% distribution-free interval of the median (order statistics, binomial)",
+    }

@@ -217,7 +217,8 @@ class S2STSession:
                 benchmark.extra_info[key]["verdict"] = verdict.to_dict()
         if verdict.status == "FAIL":
             report.outcome = "failed"
-            report.longrepr = "s2st FAIL:\n" + "\n".join(f"  {r}" for r in verdict.reasons)
+            # the first reason on the first line: pytest's short summary shows that line alone
+            report.longrepr = "s2st FAIL: " + "\n  ".join(verdict.reasons or ["(no reason given)"])
         elif verdict.status == "INCONCLUSIVE":
             self.inconclusive.append((item.nodeid, verdict.reasons))
             if self.option("strict"):
@@ -281,7 +282,12 @@ class S2STSession:
             return []
         from .report import regressions
 
-        return regressions(self.rows(), self.compared(), limits)
+        if self.config.getoption("benchmark_compare", None):
+            return regressions(self.rows(), self.compared(), limits)
+        # no saved run: the limits judge in-process A/Bs (each test's own verdict); any other benchmark checked nothing
+        return [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
+                f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"
+                for _, nodeid, measurement, _ in self.records() if "ab" not in measurement]
 
     def finish(self, session: pytest.Session) -> None:
         """Plots, regressions and the exit status (pytest_sessionfinish)."""
@@ -323,6 +329,8 @@ class S2STSession:
             tr.write_sep("=", "s2st regressions (--s2st-compare-fail)", red=True)
             for line in self.regressions:
                 tr.write_line(line)
+            # counted on pytest's last line ("1 passed, 1 regressed"), which summary_stats prints after this hook
+            tr.stats.setdefault("regressed", []).extend(self.regressions)
 
     def _display_inference(self, tr: Any) -> None:
         from .report import missing_notes, render_table, table_notes, wrap
@@ -334,12 +342,22 @@ class S2STSession:
         warning = self.contention_warning()
         if warning:
             tr.write_line(f"warning: {warning}", yellow=True)
+        self._display_ab(tr)
         try:
             self._display_compare(tr, rows)
         except Exception as exc:  # noqa: BLE001 -- what was measured is shown above whatever the saved run holds
             from .inputs import show
 
             tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
+
+    def _display_ab(self, tr: Any) -> None:
+        from .report import AB_LEGEND, render_ab, wrap
+
+        lines = render_ab([(name, measurement) for name, _, measurement, _ in self.records()])
+        if lines:
+            tr.write_sep("-", "s2st: A/B in one process (baseline -> candidate)")
+            for line in lines + wrap([AB_LEGEND]):
+                tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
         from .report import insignificant, render_compare, unmatched

@@ -9,6 +9,15 @@ side), the word "slower"/"faster" only when it excludes 1 and the ratio is past 
 ratio is shown and the word is "cannot tell from one run per side": nothing is claimed. Repeat runs of one
 commit become one saved run with ``s2st-merge --repeats`` (distribute.fold_repeats).
 
+One run per side: the word is given only for a gross change (``GROSS``: the ratio of means and the ratio of
+the rounds' medians both at least 2x, or both at most 1/2), far past the between-process drift measured on a
+shared 2-core runner (docs/measurement.md); smaller ratios stay "cannot tell".
+
+In one process, baseline and candidate alternating (``compare_pairs``, the in-process A/B): rounds run ABBA
+(B A, A B, B A, ...) on the same input, so drift of the machine hits both sides of a pair alike; the change is
+the median of the paired log-ratios and its 95 % interval the distribution-free order-statistic interval of
+that median (binomial, as the sign test): one outlier round moves neither.
+
 Within one process (``compare_rounds``, for interleaved passes of one run, e.g. the cost benchmark):
 as criterion does: resample each run's rounds with replacement (bootstrap), take the ratio of the
 means each time, and read the 95 % percentile interval of those ratios. The change is
@@ -36,7 +45,9 @@ CANNOT_TELL = "cannot tell from one run per side"
 # two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: interpolated to the normal's 1.960)
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-NOT_FINITE = "rounds not finite (missing evidence)"  # a NaN/inf/non-number round: nothing is claimed
+NOT_FINITE = "rounds not finite (missing evidence)"
+GROSS = 2.0             # one run per side: a ratio this far from 1 (means and medians) is beyond run-to-run drift
+MIN_PAIRS = 6           # in-process A/B: the fewest pairs whose median has a 95 % order-statistic interval  # a NaN/inf/non-number round: nothing is claimed
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class Change:
     word: str = TOO_FEW
     rounds: tuple[int, int] = (0, 0)  # (old, new)
     runs: tuple[int, int] | None = None  # (old, new) runs, for a comparison between runs
+    pairs: int | None = None         # ABBA pairs, for an in-process A/B (compare_pairs)
+    gross: bool = False              # one run per side, judged by GROSS alone (no interval)
 
     @property
     def significant(self) -> bool:
@@ -55,13 +68,24 @@ class Change:
     def short(self) -> str:
         """describe() for a table cell: below MIN_RUNS per side only the ratio and the run counts (the table's
         footnote says what is needed)."""
+        if self.gross:
+            return f"x{self.ratio:.3f}, {self.word} (gross, {self.runs[0]}/{self.runs[1]} runs)"
         if self.ratio is not None and self.runs is not None and self.low is None:
             return f"x{self.ratio:.3f}, cannot tell ({self.runs[0]}/{self.runs[1]} runs)"
+        if self.pairs is not None and self.low is not None:
+            return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word}"
         return self.describe()
 
     def describe(self) -> str:
         if self.ratio is None:
             return f"n/a ({self.word})" if self.word == NOT_FINITE else "n/a"
+        if self.pairs is not None:
+            if self.low is None:
+                return f"x{self.ratio:.3f}, {self.word} ({self.pairs} ABBA pairs, need {MIN_PAIRS})"
+            return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word} ({self.pairs} ABBA pairs)"
+        if self.gross:
+            return (f"x{self.ratio:.3f}, {self.word}: a gross change (x{GROSS:g} or more, beyond run-to-run drift; "
+                    f"{self.runs[0]}/{self.runs[1]} runs)")
         if self.runs is not None:
             runs = f"{self.runs[0]}/{self.runs[1]} runs"
             if self.low is None:
@@ -145,10 +169,35 @@ def t975(df: float) -> float:
     return T975[lo - 1] + frac * (T975[min(lo, len(T975) - 1)] - T975[lo - 1])
 
 
-def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
-    """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs."""
+def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequence[float] | None) -> str | None:
+    """SLOWER/FASTER when ``ratio`` and the ratio of the rounds' medians (when both sides kept rounds) are both
+    at least GROSS from 1 in the same direction; else None. The median keeps one stalled round from making a
+    mean look gross."""
+    olds, news = usable(old_rounds or []), usable(new_rounds or [])
+    ratios = [ratio]
+    if olds and news:
+        old_median = float(np.median(olds))
+        if old_median <= 0:
+            return None
+        ratios.append(float(np.median(news)) / old_median)
+    if all(r >= GROSS for r in ratios):
+        return SLOWER
+    if all(r <= 1 / GROSS for r in ratios):
+        return FASTER
+    return None
+
+
+def compare_runs(old: Sequence[float], new: Sequence[float], old_rounds: Sequence[float] | None = None,
+                 new_rounds: Sequence[float] | None = None) -> Change:
+    """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs.
+    With fewer than MIN_RUNS per side only a gross change gets a word; ``old_rounds``/``new_rounds`` (a single
+    run's timed rounds) let its median confirm it."""
     sides = _sides(old, new, "runs", lambda o, n: (o > 0).all() and (n > 0).all(), MIN_RUNS, CANNOT_TELL)
     if isinstance(sides, Change):
+        if sides.word == CANNOT_TELL and sides.ratio is not None:
+            word = _gross(sides.ratio, old_rounds if len(old) == 1 else None, new_rounds if len(new) == 1 else None)
+            if word is not None:
+                return Change(sides.ratio, word=word, runs=sides.runs, gross=True)
         return sides
     o, n, ratio, counts = sides
     lo_, ln = np.log(o), np.log(n)
@@ -160,3 +209,40 @@ def compare_runs(old: Sequence[float], new: Sequence[float]) -> Change:
     half = t975(df) * se
     low, high = float(np.exp(centre - half)), float(np.exp(centre + half))
     return Change(ratio, low, high, _word(ratio, low, high), **counts)
+
+
+def median_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """0-based order statistics (lo, hi) whose interval covers the median of n values with at least
+    ``confidence``, whatever their distribution (the sign test's binomial); None below MIN_PAIRS values."""
+    from math import comb
+
+    if n < MIN_PAIRS:
+        return None
+    alpha = 1 - confidence
+    cdf, k = 0.0, 0
+    # the largest k with P(Bin(n, 1/2) <= k - 1) <= alpha / 2: the interval [x_(k), x_(n-k+1)] (1-based)
+    while True:
+        nxt = cdf + comb(n, k) / 2 ** n
+        if nxt > alpha / 2:
+            break
+        cdf, k = nxt, k + 1
+    k = max(k, 1)
+    return k - 1, n - k
+
+
+def compare_pairs(baseline: Sequence[float], candidate: Sequence[float]) -> Change:
+    """Round i of each side ran next to the other's round i (ABBA): the median candidate/baseline ratio of the
+    pairs, its 95 % order-statistic interval, and the word."""
+    olds, news = usable(baseline), usable(candidate)
+    n = min(_count(baseline), _count(candidate))
+    if olds is None or news is None:
+        return Change(None, word=NOT_FINITE, pairs=n)
+    if n == 0 or len(olds) != len(news) or min(olds) <= 0 or min(news) <= 0:
+        return Change(None, pairs=n)
+    logs = np.sort(np.log(np.asarray(news)) - np.log(np.asarray(olds)))
+    ratio = float(np.exp(np.median(logs)))
+    bounds = median_interval(n)
+    if bounds is None:
+        return Change(ratio, word=TOO_FEW, pairs=n)
+    low, high = float(np.exp(logs[bounds[0]])), float(np.exp(logs[bounds[1]]))
+    return Change(ratio, low, high, _word(ratio, low, high), pairs=n)
