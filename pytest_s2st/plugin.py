@@ -465,8 +465,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         from .report import ab_change
 
         change = ab_change(measurement.to_dict())
-        if change is not None:  # the evidence travels with the report: junitxml, CI logs, --report-log
-            report.sections.append(("s2st A/B", f"runtime candidate/baseline: {change.describe()}"))
+        if change is not None:  # the evidence travels with the report: -rA, --report-log; junitxml's properties
+            evidence = f"runtime candidate/baseline: {change.describe()}"
+            report.sections.append(("s2st A/B", evidence))
+            item.user_properties.append(("s2st_ab", evidence))  # junitxml reads the teardown report's
     verdict = _item_verdict(item)
     if verdict is not None:
         session_of(item.config).record_verdict(item, report, verdict)

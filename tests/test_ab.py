@@ -1,0 +1,153 @@
+"""The in-process A/B (s2st_benchmark(model, inputs, baseline=other)) and the gross verdict of one run per side:
+the statistics against hand-computed truths, then real pytest sessions with the plugin loaded."""
+from __future__ import annotations
+
+import json
+from math import comb
+
+import pytest
+
+from pytest_s2st.runner import PairedRounds, RoundPolicy, TimedRounds
+from pytest_s2st.measure.device import resolve_device
+from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
+                                      compare_pairs, compare_runs, median_interval)
+
+
+@pytest.mark.parametrize("n", [6, 7, 10, 20, 30, 31, 50, 100])
+def test_the_median_interval_is_the_sign_tests(n):
+    """[x_(k), x_(n-k+1)] covers the median with P = 1 - 2 P(Bin(n, 1/2) <= k-1) >= 95 %, and k is the largest such."""
+    lo, hi = median_interval(n)
+    k = lo + 1
+    assert hi == n - k
+    tail = lambda k: sum(comb(n, i) for i in range(k)) / 2 ** n  # noqa: E731 -- P(Bin <= k-1)
+    assert 1 - 2 * tail(k) >= 0.95 and (k == 1 or 1 - 2 * tail(k + 1) < 0.95)
+
+
+def test_known_median_intervals_and_too_few_pairs():
+    assert median_interval(10) == (1, 8) and median_interval(30) == (9, 20)  # any table of the sign test
+    assert median_interval(MIN_PAIRS - 1) is None
+    assert compare_pairs([1.0] * 5, [2.0] * 5).word == TOO_FEW
+
+
+def test_the_paired_ratio_is_the_median_and_one_outlier_pair_moves_nothing():
+    base = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    cand = [b * r for b, r in zip(base, [1.1, 1.2, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2, 1.1, 50.0])]  # one stalled round
+    change = compare_pairs(base, cand)
+    assert change.ratio == pytest.approx((1.1 * 1.2) ** 0.5)  # the median of the ten log-ratios: 5th and 6th's mean
+    assert (change.low, change.high) == (pytest.approx(1.1), pytest.approx(1.2))  # sorted ratios 2 and 9
+    assert change.word == SLOWER and change.pairs == 10
+    same = compare_pairs(base, [b * r for b, r in zip(base, [0.99, 1.01] * 4 + [1.0, 40.0])])
+    assert same.word == SAME and same.low < 1 < same.high
+    assert compare_pairs(base, [b / 1.5 for b in base]).word == FASTER
+    assert compare_pairs(base, base[:-1] + [float("nan")]).word == NOT_FINITE
+
+
+def test_one_run_per_side_gross_changes_get_a_word_drift_does_not():
+    assert compare_runs([1.0], [GROSS]).word == SLOWER and compare_runs([1.0], [GROSS]).gross
+    assert compare_runs([1.0], [1 / GROSS]).word == FASTER
+    assert compare_runs([1.0], [1.9]).word == CANNOT_TELL
+    # one stalled round inflates the new mean x2.2; the rounds' median did not move: no word
+    assert compare_runs([1.0], [2.2], [1.0] * 5, [1.0] * 4 + [7.0]).word == CANNOT_TELL
+    assert compare_runs([1.0], [22.0], [1.0] * 5, [22.0] * 5).short() == "x22.000, slower (gross, 1/1 runs)"
+
+
+class _Stage:
+    """A stage whose forward records the order of calls."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def forward(self, x):
+        self.log.append((self.name, x))
+
+
+def test_paired_rounds_alternate_abba_on_the_same_input():
+    log: list = []
+    cpu = resolve_device("cpu")
+    cand = TimedRounds([_Stage("A", log)], [[0, 1, 2]], cpu, 1, policy=RoundPolicy(5))
+    base = TimedRounds([_Stage("B", log)], [[0, 1, 2]], cpu, 1, policy=RoundPolicy(5))
+    paired = PairedRounds(cand, base)
+    paired.run_all()
+    assert log == [("B", 0), ("A", 0), ("A", 1), ("B", 1), ("B", 2), ("A", 2), ("A", 0), ("B", 0), ("B", 1), ("A", 1)]
+    assert len(cand.round_totals) == len(base.round_totals) == 5
+
+
+AB_TEST = '''
+import time
+
+def fast(x):
+    return sum(range(2000))
+
+def sleepy(x):
+    time.sleep(0.005)
+    return sum(range(2000))
+
+INPUTS = list(range(4))
+
+def test_same(s2st_benchmark):
+    s2st_benchmark(fast, INPUTS, baseline=fast)
+
+def test_slower(s2st_benchmark):
+    s2st_benchmark(sleepy, INPUTS, baseline=fast)
+'''
+
+
+def test_a_slower_candidate_fails_its_test_and_the_same_one_passes(pytester, monkeypatch):
+    """The 5 ms sleep (x20 and more) fails the test itself: the short summary names the metric, the ratio and its
+    interval; the A/A passes; junitxml carries the evidence; the saved JSON holds both sides."""
+    pytester.makepyfile(test_ab=AB_TEST)
+    monkeypatch.setenv("COLUMNS", "200")  # pytest cuts the short summary at the terminal's width
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rA", "--s2st-compare-fail=runtime_s:25%",
+                                           "--junitxml=junit.xml", "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*s2st: A/B in one process (baseline -> candidate)*",
+        "test_same *no significant change*",
+        "test_slower *slower*",
+        "FAILED test_ab.py::test_slower - s2st FAIL: runtime_s x* ?*, *? slower (* ABBA pairs) against the baseline*",
+    ])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert "runtime candidate/baseline: x" in junit and "ABBA pairs" in junit
+    saved = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
+    assert saved["test_slower"]["ab"]["word"] == SLOWER and saved["test_slower"]["ab"]["ratio"] > 10
+    assert saved["test_slower"]["ab"]["pairs"] >= 30
+    assert saved["test_slower"]["baseline"]["metrics"]["runtime_s"]["value"] > 0
+    assert saved["test_same"]["verdict"]["status"] == "PASS"
+
+
+def test_compare_fail_without_a_saved_run_or_a_baseline_checks_nothing_and_fails(pytester):
+    pytester.makepyfile(test_plain='''
+def test_plain(s2st_benchmark):
+    s2st_benchmark(lambda x: x, [1, 2, 3])
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--s2st-compare-fail=runtime_s:5%")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*test_plain: no baseline (s2st_benchmark(..., baseline=)) and no "
+                                 "--benchmark-compare, so no limit of --s2st-compare-fail runtime_s:5% was checked",
+                                 "*1 passed, 1 regressed*"])
+
+
+SAVED_TEST = '''
+import os, time
+
+DELAY = float(os.environ.get("S2ST_TEST_DELAY", "0"))
+
+def model(x):
+    if DELAY:
+        time.sleep(DELAY)
+    return sum(range(2000))
+
+def test_model(s2st_benchmark):
+    s2st_benchmark(model, list(range(4)))
+'''
+
+
+def test_a_gross_slowdown_fails_a_live_compare_with_one_run_per_side(pytester, monkeypatch):
+    pytester.makepyfile(test_saved=SAVED_TEST)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-autosave").assert_outcomes(passed=1)
+    monkeypatch.setenv("S2ST_TEST_DELAY", "0.005")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-compare",
+                                           "--s2st-compare-fail=runtime_s:5%")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*x*, slower (gross, 1/1 runs)*", "*runtime_s regressed*limit runtime_s:5%",
+                                 "*1 passed, 1 regressed*"])
