@@ -81,10 +81,13 @@ class Measurement:
     stages: list[StageResult] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list, repr=False)  # final stage outputs (not saved)
+    stage_outputs: list[list[Any]] = field(default_factory=list, repr=False)  # every stage's (not saved)
+    # metrics of the case as a whole, after the passes (translation quality: bleu, chrf, asr_bleu)
+    quality: dict[str, Metric] = field(default_factory=dict)
 
     @property
     def totals(self) -> dict[str, Metric]:
-        return aggregate(self.stages)
+        return {**aggregate(self.stages), **self.quality}
 
     def metric(self, name: str, stage: str | None = None) -> Metric | None:
         if stage is None:
@@ -484,6 +487,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         for s, stage in enumerate(stages):
             result, outputs = measurer.measure(stage, stage_inputs[s])
             measurement.stages.append(result)
+            measurement.stage_outputs.append(outputs)
             if s + 1 < len(stages):
                 stage_inputs.append([stage.to_next_input(o) for o in outputs])
         measurement.outputs = outputs
@@ -511,6 +515,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         for stage, xs in zip(stages, stage_inputs):
             result, outputs = measurer.measure(stage, xs, warm_up=False)
             measurement.stages.append(result)
+            measurement.stage_outputs.append(outputs)
         measurement.outputs = outputs
         _isolated_memory(measurement, settings, inputs)
     method = f"timer:{timer}"
