@@ -84,6 +84,7 @@ class Measurement:
     stage_outputs: list[list[Any]] = field(default_factory=list, repr=False)  # every stage's (not saved)
     # metrics of the case as a whole, after the passes (translation quality: bleu, chrf, asr_bleu)
     quality: dict[str, Metric] = field(default_factory=dict)
+    gate: Any = field(default=None, repr=False)  # the translation gate's Verdict, when the policy sets one
 
     @property
     def totals(self) -> dict[str, Metric]:

@@ -232,3 +232,47 @@ def judge_translation(policy: Any, candidate: Mapping[str, Any], baseline: Mappi
             crossed.append(f"{metric} drop {drop:.2f} > {limit:g} ({key}; baseline {b:.2f}, candidate {c:.2f})")
     status = "INCONCLUSIVE" if missing else "FAIL" if crossed else "PASS"
     return status, missing or crossed, metrics
+
+
+def run_outputs(pipeline: Any, samples: Sequence[Any]) -> tuple[list[str], list[list[Any]]]:
+    """(stage names, every stage's outputs) of the pipeline on the samples, untimed: a gate's baseline
+    scored without measuring it."""
+    stages = list(pipeline.stages)
+    xs = [pipeline.prepare_sample(s) for s in samples]
+    names, outputs = [], []
+    for s, stage in enumerate(stages):
+        outs = [stage.forward(x) for x in xs]
+        names.append(stage.name)
+        outputs.append(outs)
+        if s + 1 < len(stages):
+            xs = [stage.to_next_input(o) for o in outs]
+    return names, outputs
+
+
+def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
+                        references_file: str | Path | None, where: str) -> dict[str, dict[str, Any]]:
+    """The translation metrics of one benchmark (Metric dicts by name): BLEU/chrF of its last text stage;
+    {} when no stage emits text or there are no references (nothing to report); a missing metric with the
+    reason when sacrebleu is not installed. A bad references file is an S2STError line."""
+    if last_text_stage(stage_names, stage_outputs) is None:
+        return {}
+    try:
+        refs, source = references_for(samples, references_file, where)
+    except NoReferences:
+        return {}
+    try:
+        return score_outputs(stage_names, stage_outputs, refs, source)
+    except S2STError as exc:  # sacrebleu missing: the scores are missing evidence, said once per row
+        return missing_metrics(TEXT_METRICS, str(exc))
+
+
+def no_scores_reason(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
+                     references_file: str | Path | None, where: str) -> str:
+    """Why a benchmark has no translation scores (for an INCONCLUSIVE line)."""
+    if last_text_stage(stage_names, stage_outputs) is None:
+        return "no stage of this benchmark outputs text"
+    try:
+        references_for(samples, references_file, where)
+    except NoReferences as exc:
+        return str(exc)
+    return "not scored"
