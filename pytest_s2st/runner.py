@@ -115,6 +115,8 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
         return dict(stages[0].metrics)
     out: dict[str, Metric] = {}
     for name in INFERENCE_NAMES:
+        if BY_NAME[name].aggregate is None:  # a metric of the whole case (translation quality), not of stages
+            continue
         parts = [(s.name, s.metrics.get(name)) for s in stages]
         if all(m is None for _, m in parts):
             continue  # not asked for (the instruction count is off by default)
