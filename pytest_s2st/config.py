@@ -31,7 +31,7 @@ STAGE_SECTIONS = ("stage1", "stage2", "stage3")
 # absent: fairseq resolves it against `data`.
 PATH_KEYS = frozenset({
     "dataset_path", "data", "vocoder", "vocoder_cfg", "dump_speech_waveforms_dir",
-    "workload", "model_dir", "anchors",
+    "workload", "model_dir", "anchors", "references",
 })
 # fairseq's --vocoder is either a vocoder kind (TTS stages) or a checkpoint path (S2UT stage 2)
 VOCODER_KINDS = frozenset({"griffin_lim", "hifigan", "code_hifigan"})

@@ -474,6 +474,24 @@ def _array_problem(key: str, value: Any) -> str | None:
     return None
 
 
+REFERENCE_KEY = "tgt_text"  # a sample's reference translation (quality/translation.py)
+
+
+def _reference_problem(text: Any) -> str | None:
+    """A reference translation is one line of valid Unicode text within LIMITS.line_chars."""
+    if not isinstance(text, str):
+        return f"is a {type(text).__name__}, expected a string (the reference translation)"
+    if len(text) > LIMITS.line_chars:
+        return f"has {len(text)} characters, over LIMITS.line_chars = {LIMITS.line_chars}"
+    if _LINES.search(text):
+        return "holds a line break: a reference is one line"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "holds a lone surrogate, not valid Unicode text"
+    return None
+
+
 def _check_samples(samples: list, path: Path) -> list[dict]:
     """The samples, checked; one without an id gets its index (upstream random datasets)."""
     checked = []
@@ -495,6 +513,10 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
             problem = _array_problem(key, net_input[key])
             if problem:
                 raise S2STError(f"{path}: sample {i} net_input.{key} {problem}")
+        if REFERENCE_KEY in s:
+            problem = _reference_problem(s[REFERENCE_KEY])
+            if problem:
+                raise S2STError(f"{path}: sample {i} {REFERENCE_KEY} {problem}")
         checked.append(s)
     return checked
 
@@ -527,9 +549,10 @@ def _frames_check(where: str, frames: str) -> None:
         raise S2STError(f"{where}: frame count is 0: every entry needs audio")
 
 
-def _read_manifest(path: Path) -> tuple[Path, list[tuple[int, str]]]:
-    """(audio root, [(line number, relative path)]) of a wav2vec2 tsv, each line checked as
-    fairseq's FileAudioDataset reads it: two tab-separated columns, an integer frame count."""
+def _read_manifest(path: Path) -> tuple[Path, list[tuple[int, str, str | None]]]:
+    """(audio root, [(line number, relative path, reference or None)]) of a wav2vec2 tsv, each line checked
+    as fairseq's FileAudioDataset reads it: two tab-separated columns, an integer frame count; plus an
+    optional third column, the entry's reference translation (which fairseq's own reader refuses)."""
     lines = _text_lines(path, "dataset manifest", "utf-8")
     if not lines[0].strip():
         raise S2STError(f"{_show(path)}:1: first line must be the audio root directory")
@@ -543,10 +566,11 @@ def _read_manifest(path: Path) -> tuple[Path, list[tuple[int, str]]]:
             continue
         where = f"{_show(path)}:{lineno}"
         items = line.strip().split("\t")
-        if len(items) != 2:
-            raise S2STError(f"{where}: expected 2 tab-separated columns (audio path, frame count), got {len(items)}")
+        if len(items) not in (2, 3):
+            raise S2STError(f"{where}: expected 2 tab-separated columns (audio path, frame count) and an optional "
+                            f"third (the reference translation), got {len(items)}")
         _frames_check(where, items[1])
-        entries.append((lineno, items[0]))
+        entries.append((lineno, items[0], items[2].strip() if len(items) == 3 else None))
         if len(entries) > LIMITS.samples:
             raise _over(_show(path), "entries", f"more than {LIMITS.samples}", "samples")
     if not entries:
@@ -609,12 +633,15 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
         raise S2STError(f"{path}: reading raw datasets needs soundfile (pip install soundfile)") from None
 
     samples, total = [], 0
-    for i, (lineno, rel) in enumerate(entries):
+    for i, (lineno, rel, reference) in enumerate(entries):
         wav = _read_audio(f"{_show(path)}:{lineno}", root / rel, sample_rate, sf)
         total += wav.size
         if total > LIMITS.audio_samples_total:
             raise _over(f"{_show(path)}:{lineno}", "audio samples so far", total, "audio_samples_total")
-        samples.append({"id": i, "net_input": {"src_tokens": wav, "src_lengths": np.array([wav.shape[1]])}})
+        sample = {"id": i, "net_input": {"src_tokens": wav, "src_lengths": np.array([wav.shape[1]])}}
+        if reference is not None:
+            sample[REFERENCE_KEY] = reference
+        samples.append(sample)
     return samples
 
 

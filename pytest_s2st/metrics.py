@@ -61,6 +61,10 @@ def fmt_lag_seconds(value: float) -> str:
     return "0 s" if value == 0 else fmt_seconds(value)
 
 
+def fmt_score(value: float) -> str:
+    return f"{value:.2f}"
+
+
 def fmt_mean_count(value: float) -> str:
     return f"{value:.2f}"
 
@@ -108,6 +112,13 @@ METRICS: tuple[MetricDef, ...] = (
               "instruction pass (valgrind callgrind around the forward, in a child process; measure/instructions.py)",
               aggregate="sum", comparable=True, show_method=True,
               help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
+    # translation quality of the case's outputs (quality/translation.py), not per stage: no cascade aggregate
+    MetricDef("bleu", "BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of the last text stage against the "
+              "reference translations", budgetable=False,
+              help="corpus BLEU of the translations (0-100, higher is better)"),
+    MetricDef("chrf", "chrF", "", fmt_score, INFERENCE, "sacrebleu corpus chrF of the last text stage against the "
+              "reference translations", budgetable=False,
+              help="corpus chrF of the translations (0-100, higher is better)"),
     MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
               help="time to first audio"),
@@ -147,6 +158,7 @@ BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
 INFERENCE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == INFERENCE)
 SERVICE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == SERVICE)
 INFERENCE_NAMES: tuple[str, ...] = tuple(m.name for m in INFERENCE_METRICS)
+TRANSLATION_NAMES: tuple[str, ...] = ("bleu", "chrf")  # of a whole case, never of one stage
 COMPARABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.comparable)
 
 

@@ -367,12 +367,82 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
                              progress=_progress_writer(request.config, measurement.case_id))
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
             fail(exc)
+        if case is not None:
+            _translation(request, state, case, dataset, measurement)
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if settings.get("dump_dir"):
             _dump(measurement, case, settings["dump_dir"])
         return measurement
 
     return run
+
+
+def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, samples: list,
+                 measurement: Any) -> None:
+    """BLEU/chrF of the case's translations against its references (after every pass, never timed) into the
+    row; with translation thresholds in the frozen policy, the gate's verdict (measurement.gate)."""
+    from .gate import gate_policy
+    from .measure.record import Metric
+    from .quality.translation import (TEXT_METRICS, judge_translation, measure_translation, missing_metrics,
+                                      no_scores_reason, translation_keys)
+    from .quality.verdict import Verdict
+
+    where = str(case.config.path)
+    references = case.config.general.get("references")
+    names = [s.name for s in measurement.stages]
+    marker = request.node.get_closest_marker("s2st_gate")
+    try:
+        scores = measure_translation(samples, names, measurement.stage_outputs, references, where)
+        policy = gate_policy(case.config.quality, marker.kwargs if marker else None, f"{where} (quality)")
+    except S2STError as exc:
+        fail(exc)
+    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items()})
+    if policy is None or not translation_keys(policy):
+        return
+    candidate = scores or missing_metrics(TEXT_METRICS, no_scores_reason(samples, names, measurement.stage_outputs,
+                                                                         references, where))
+    base_path = (case.config.quality or {}).get("baseline")
+    baseline = None
+    if base_path:
+        try:
+            baseline = _translation_baseline(state, str(base_path))
+        except S2STError as exc:
+            fail(exc)
+    status, reasons, metrics = judge_translation(policy, candidate, baseline, str(base_path or ""))
+    measurement.gate = Verdict(status, reasons, {"translation": metrics})
+    measurement.info["translation_gate"] = {"status": status, "reasons": reasons, "metrics": metrics,
+                                            "baseline": str(base_path) if base_path else None,
+                                            "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
+
+
+def _translation_baseline(state: S2STSession, path: str) -> dict:
+    """The translation metrics of a quality.baseline config: its row when this session measured it, else
+    its pipeline run untimed on its own dataset (once per session)."""
+    if path in state.translation_baselines:
+        return state.translation_baselines[path]
+    for _item, measured in state.results:
+        if measured.info.get("config") == path and measured.quality:
+            state.translation_baselines[path] = {k: m.to_dict() for k, m in measured.quality.items()}
+            return state.translation_baselines[path]
+    from .datasets import load_dataset
+    from .pipelines.base import build_pipeline
+    from .quality.translation import measure_translation, run_outputs
+
+    case = state.load_extra_case(path)
+    general = case.config.general
+    if general.get("dataset_path") is None:
+        raise S2STError(f"{path} (quality.baseline): no dataset: set general.dataset_path")
+    samples = load_dataset(general["dataset_path"], case.settings["dataset_type"], case.settings["dataset_size"],
+                           sample_rate=int(general.get("sample_rate", 16000)))
+    pipeline = build_pipeline(case.model_type, case.config.stages, device=case.device().name,
+                              config_path=case.config.path, config_lines=case.config.lines)
+    try:
+        names, outputs = run_outputs(pipeline, samples)
+    finally:
+        pipeline.close()
+    state.translation_baselines[path] = measure_translation(samples, names, outputs, general.get("references"),
+                                                            f"{path} (quality.baseline)")
+    return state.translation_baselines[path]
 
 
 def _progress_writer(config: pytest.Config, case_id: str):
@@ -409,6 +479,8 @@ def _item_verdict(item: pytest.Item):
         else:
             verdicts.append(Verdict(INCONCLUSIVE, ["s2st_budget set but the test measured nothing "
                                                    "(call s2st_benchmark or s2st_load)"]))
+    if measurement is not None and getattr(measurement, "gate", None) is not None:
+        verdicts.append(measurement.gate)  # translation thresholds of the frozen policy (_translation)
     if service is not None:  # parts_reasons: a level split by --s2st-level-parts not driven as asked
         reasons = list(service.get("parts_reasons") or []) + (evidence_reasons(service) if "summary" in service else [])
         verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))

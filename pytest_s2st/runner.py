@@ -82,10 +82,14 @@ class Measurement:
     info: dict[str, Any] = field(default_factory=dict)
     outputs: list[Any] = field(default_factory=list, repr=False)  # final stage outputs (not saved)
     baseline: "Measurement | None" = None  # the in-process A/B's baseline, measured in the same process
+    stage_outputs: list[list[Any]] = field(default_factory=list, repr=False)  # every stage's (not saved)
+    # metrics of the case as a whole, after the passes (translation quality: bleu, chrf, asr_bleu)
+    quality: dict[str, Metric] = field(default_factory=dict)
+    gate: Any = field(default=None, repr=False)  # the translation gate's Verdict, when the policy sets one
 
     @property
     def totals(self) -> dict[str, Metric]:
-        return aggregate(self.stages)
+        return {**aggregate(self.stages), **self.quality}
 
     def metric(self, name: str, stage: str | None = None) -> Metric | None:
         if stage is None:
@@ -113,6 +117,8 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
         return dict(stages[0].metrics)
     out: dict[str, Metric] = {}
     for name in INFERENCE_NAMES:
+        if BY_NAME[name].aggregate is None:  # a metric of the whole case (translation quality), not of stages
+            continue
         parts = [(s.name, s.metrics.get(name)) for s in stages]
         if all(m is None for _, m in parts):
             continue  # not asked for (the instruction count is off by default)
@@ -552,6 +558,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         for s, stage in enumerate(stages):
             result, outputs = measurer.measure(stage, stage_inputs[s])
             measurement.stages.append(result)
+            measurement.stage_outputs.append(outputs)
             if s + 1 < len(stages):
                 stage_inputs.append([stage.to_next_input(o) for o in outputs])
         measurement.outputs = outputs
@@ -589,6 +596,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         for stage, xs in zip(stages, stage_inputs):
             result, outputs = measurer.measure(stage, xs, warm_up=False)
             measurement.stages.append(result)
+            measurement.stage_outputs.append(outputs)
         measurement.outputs = outputs
         _isolated_memory(measurement, settings, inputs)
     method = f"timer:{timer}"

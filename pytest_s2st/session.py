@@ -44,6 +44,7 @@ class S2STSession:
         self.results: list[tuple[Any, Any]] = []          # (item, Measurement)
         self.service_results: list[tuple[str, dict]] = []  # (row name, level data)
         self.baselines: dict[str, Any] = {}                # quality.baseline config -> (case, Service)
+        self.translation_baselines: dict[str, dict] = {}   # quality.baseline config -> its bleu/chrf metrics
         self.plots: list[str] = []
         self.inconclusive: list[tuple[str, list[str]]] = []
         self.regressions: list[str] = []

@@ -574,10 +574,10 @@ def test_states_that_crash_numpy_are_refused(tmp_path, case):
     ("a.wav\t-10", "frame count '-10' is not a whole number"),
     ("a.wav\t1_0", "frame count '1_0' is not a whole number"),
     ("a.wav\t\u0661\u0660", "frame count '\u0661\u0660' is not a whole number"),  # int() would take it
-    ("a.wav\t10\textra", "expected 2 tab-separated columns (audio path, frame count), got 3"),
-    ("a.wav\t\t10", "expected 2 tab-separated columns (audio path, frame count), got 3"),
-    ("a.wav", "expected 2 tab-separated columns (audio path, frame count), got 1"),
-    ("a.wav 10", "expected 2 tab-separated columns (audio path, frame count), got 1"),
+    ("a.wav\t10\tref\textra", "expected 2 tab-separated columns (audio path, frame count) and an optional third (the reference translation), got 4"),
+    ("a.wav\t\t10", "frame count '' is not a whole number"),
+    ("a.wav", "expected 2 tab-separated columns (audio path, frame count) and an optional third (the reference translation), got 1"),
+    ("a.wav 10", "expected 2 tab-separated columns (audio path, frame count) and an optional third (the reference translation), got 1"),
     ("a.wav\t0", "frame count is 0: every entry needs audio"),
     ("a.wav\t" + "9" * 30, "frame count (" + "9" * 30 + ") exceeds LIMITS.audio_samples = 268435456"),
 ])
@@ -587,6 +587,26 @@ def test_raw_manifest_lines_are_read_strictly(tmp_path, line, expected):
     tsv.write_text(f"{tmp_path}\na.wav\t10\n{line}\n")
     assert raises_line(ds.load_raw_dataset, tsv) == f"{tsv}:3: {expected}"
     assert raises_line(ds.load_raw_dataset, tsv, size=1) == f"{tsv}:3: {expected}"  # every line is checked
+
+
+def test_raw_manifest_third_column_is_the_reference_translation(tmp_path):
+    _wav(tmp_path / "a.wav", np.zeros(10, np.float32))
+    tsv = tmp_path / "m.tsv"
+    tsv.write_text(f"{tmp_path}\na.wav\t10\thola mundo \na.wav\t10\n")
+    samples = ds.load_raw_dataset(tsv)
+    assert samples[0]["tgt_text"] == "hola mundo" and "tgt_text" not in samples[1]
+
+
+@pytest.mark.parametrize("ref, expected", [
+    (7, "is a int, expected a string (the reference translation)"),
+    ("a\nb", "holds a line break: a reference is one line"),
+    ("x" * 70_000, "has 70000 characters, over LIMITS.line_chars = 65536"),
+])
+def test_npy_reference_translations_are_checked(tmp_path, ref, expected):
+    path = ds.save_npy_dataset([{"id": 0, "net_input": {"src_tokens": np.ones((1, 3), np.float32),
+                                                       "src_lengths": np.array([3])}, "tgt_text": ref}],
+                               tmp_path / "d.npy")
+    assert raises_line(ds.load_npy_dataset, path) == f"{path}: sample 0 tgt_text {expected}"
 
 
 def test_raw_header_only_wav_is_refused(tmp_path):

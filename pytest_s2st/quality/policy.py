@@ -18,9 +18,11 @@ from ..inputs import closest, finite, load_json, load_yaml, show
 SCORED_THRESHOLDS = ("max_error_rate_increase", "max_speaker_drop")
 # Thresholds recomputed from the run dirs themselves (WAV lengths, request timings).
 RUN_THRESHOLDS = ("max_duration_change_pct", "max_ttfa_regression_pct", "min_improvement_pct", "min_snr_db")
+# Thresholds on sacrebleu corpus scores of a benchmark's translations (quality/translation.py), in [0, 100].
+TRANSLATION_THRESHOLDS = ("min_bleu", "max_bleu_drop", "min_chrf", "max_chrf_drop")
 # Keys added after policies were first saved: left out of to_dict (and the fingerprint) while unset,
 # so every policy saved before them keeps its fingerprint.
-LATER_KEYS = ("min_snr_db",)
+LATER_KEYS = ("min_snr_db",) + TRANSLATION_THRESHOLDS
 SPEED_METRICS = ("rtf", "ttfa_s")
 AGGREGATES = ("mean", "each")
 
@@ -38,6 +40,12 @@ class Policy:
     # same request, same seed -> the same audio: SNR (dB) of the candidate's PCM against the baseline's
     # of the same id; for candidates that change how audio is delivered (streaming), not what is generated
     min_snr_db: float | None = None
+    # translations against reference translations (sacrebleu BLEU / chrF, 0..100): a floor on the candidate,
+    # or the most the candidate may lose against the baseline
+    min_bleu: float | None = None
+    max_bleu_drop: float | None = None
+    min_chrf: float | None = None
+    max_chrf_drop: float | None = None
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> "Policy":
@@ -69,6 +77,8 @@ class Policy:
                     raise S2STError(f"{where}: {key} must be a finite number, got {show(repr(value))}")
                 if number < 0:
                     raise S2STError(f"{where}: {key} must be >= 0, got {value!r}")
+                if key in TRANSLATION_THRESHOLDS and number > 100:  # sacrebleu scores are in [0, 100]
+                    raise S2STError(f"{where}: {key} must be <= 100 (a sacrebleu score), got {value!r}")
                 values[key] = number
         policy = cls(**values)
         if policy.scorer_id is None:
@@ -93,4 +103,5 @@ class Policy:
 
     def thresholds(self) -> dict[str, float]:
         """The thresholds that are set (None means not gated)."""
-        return {k: getattr(self, k) for k in SCORED_THRESHOLDS + RUN_THRESHOLDS if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in SCORED_THRESHOLDS + RUN_THRESHOLDS + TRANSLATION_THRESHOLDS
+                if getattr(self, k) is not None}

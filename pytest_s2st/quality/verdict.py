@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import S2STError
 from ..inputs import finite, is_regular_file, show
 from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
-from .policy import Policy
+from .policy import TRANSLATION_THRESHOLDS, Policy
 from .scorefile import SIDES, Scores, pcm_digest, read_wav
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
@@ -156,6 +156,10 @@ def _judge_bindings(judge: _Judge, base: Run, cand: Run, scores: Scores | None) 
             if fp != policy.fingerprint():
                 judge.missing.append(f"policy fingerprint mismatch: {label} run saved {fp[:12]}, judged under {policy.fingerprint()[:12]}")
 
+    translation = [k for k in TRANSLATION_THRESHOLDS if getattr(policy, k) is not None]
+    if translation:  # run dirs hold speech and the request's own text, no reference translations
+        judge.missing.append(f"{', '.join(translation)}: a service run holds no reference translations, so no "
+                             "BLEU/chrF (translation thresholds are judged on s2st_benchmark cases)")
     need_scores = any(getattr(policy, k) is not None for k in ("max_error_rate_increase", "max_speaker_drop"))
     if scores is not None and policy.scorer_id is not None and scores.scorer_id != policy.scorer_id:
         judge.missing.append(f"scorer identity {scores.scorer_id!r} is not the frozen {policy.scorer_id!r}")

@@ -206,13 +206,16 @@ def build_dataset(out: Path, seed: int) -> dict[str, Path]:
         t = int(rng.randint(40, 81))
         feats = rng.randn(1, t, FEAT_DIM).astype(np.float32)
         samples.append({"id": i, "net_input": {"src_tokens": torch.from_numpy(feats),
-                                               "src_lengths": torch.tensor([t])}})
+                                               "src_lengths": torch.tensor([t])},
+                        "tgt_text": EN_TEXTS[i]})  # the reference an S2T model should produce
     save_npy_dataset(samples, d / "speech.npy")
     for lang, texts in (("en", EN_TEXTS), ("es", ES_TEXTS)):
         lines = [json.dumps({"id": f"{lang}{i}", "text": t, "language": lang, "seed": seed})
                  for i, t in enumerate(texts)]
         (d / f"text_{lang}.jsonl").write_text("\n".join(lines) + "\n")
-    return {"speech": d / "speech.npy", "text_en": d / "text_en.jsonl", "text_es": d / "text_es.jsonl"}
+    (d / "refs_es.txt").write_text("\n".join(ES_TEXTS) + "\n")  # references of the en->es cascade (3StageS2ST)
+    return {"speech": d / "speech.npy", "text_en": d / "text_en.jsonl", "text_es": d / "text_es.jsonl",
+            "refs_es": d / "refs_es.txt"}
 
 
 @_quiet
@@ -354,14 +357,16 @@ def build_token_datasets(out: Path) -> dict[str, Path]:
     from fairseq.data import Dictionary
 
     written = {}
-    for name, dict_path, texts in (("mt_en", out / "mt" / "dict.en.txt", EN_TEXTS),
-                                   ("tts_es", out / "tts" / "dict.txt", ES_TEXTS)):
+    for name, dict_path, texts, refs in (("mt_en", out / "mt" / "dict.en.txt", EN_TEXTS, ES_TEXTS),
+                                         ("tts_es", out / "tts" / "dict.txt", ES_TEXTS, None)):
         vocab = Dictionary.load(str(dict_path))
         samples = []
         for i, text in enumerate(texts):
             tokens = vocab.encode_line(text, add_if_not_exist=False, append_eos=True).long()
             samples.append({"id": i, "net_input": {"src_tokens": tokens.view(1, -1),
                                                    "src_lengths": torch.tensor([tokens.numel()])}})
+            if refs is not None:  # the MT tokens carry their reference translation
+                samples[-1]["tgt_text"] = refs[i]
         written[f"tokens_{name}"] = save_npy_dataset(samples, out / "data" / f"tokens_{name}.npy")
     return written
 
@@ -495,6 +500,8 @@ def write_configs(out: Path) -> dict[str, Path]:
         doc = {"general": _general(model_type, dataset)}
         if name != model_type:  # a variant: its own name, so its rows never merge with the type's own config
             doc["general"]["name"] = f"tiny-{name.split('-', 1)[1].lower()}"
+        if model_type == "3StageS2ST":  # speech.npy's tgt_text is English (S2T's); the cascade ends in Spanish
+            doc["general"]["references"] = "../data/refs_es.txt"
         if dataset.endswith(".tsv"):
             doc["general"]["dataset_type"] = "raw"
             doc["general"]["read_using_sf"] = True

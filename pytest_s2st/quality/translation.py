@@ -1,0 +1,278 @@
+"""Translation quality (pytest-free): reference translations, sacrebleu corpus BLEU / chrF of text
+outputs, ASR-BLEU of speech outputs, and the translation part of the quality gate.
+
+References, one per sample, in dataset order, from (first found):
+  1. ``general.references``: a text file, one reference per line (read bounded: a regular file, at
+     most datasets.LIMITS.text_bytes, each line at most LIMITS.line_chars; resolved against the YAML's
+     folder like every path key);
+  2. the samples' own ``tgt_text`` (npy samples; the third column of a raw tsv manifest).
+
+Text outputs: the last stage whose output is ``{"text": ...}`` (S2T, MT; the MT stage of 3StageS2ST, the
+S2T stage of 2StageS2ST) is scored with sacrebleu's corpus BLEU and chrF at their defaults; each score
+keeps sacrebleu's signature. Speech outputs (the last stage returns a waveform): ASR-BLEU, fairseq's
+examples/speech_to_speech/asr_bleu procedure: each waveform is transcribed by an offline ASR backend
+(quality/scorers.py), the transcript is ``strip().lower()``-ed, the references are only stripped
+(fairseq expects them already normalised), then the same corpus BLEU / chrF; the ASR's identity is part
+of the scorer id.
+
+sacrebleu is imported only when something is scored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import S2STError
+from ..inputs import finite, show
+
+REFERENCE_KEY = "tgt_text"  # a sample's reference translation (fairseq's S2T manifests call the column so)
+TEXT_METRICS = ("bleu", "chrf")  # of the last text stage
+SPEECH_METRICS = ("asr_bleu", "asr_chrf")  # of the final waveform, through an ASR
+# policy key -> (metric, kind): "min" a floor on the candidate, "drop" a limit on baseline - candidate
+TRANSLATION_KEYS = {
+    "min_bleu": ("bleu", "min"), "max_bleu_drop": ("bleu", "drop"),
+    "min_chrf": ("chrf", "min"), "max_chrf_drop": ("chrf", "drop"),
+}
+SCORE_MAX = 100.0  # sacrebleu's BLEU and chrF are in [0, 100]
+
+
+class NoReferences(Exception):
+    """No reference translations for the samples: the reason, one line."""
+
+
+def read_references(path: str | Path, where: str) -> list[str]:
+    """One reference per line of a text file (bounded read; a final newline ends the last line)."""
+    from ..datasets import _text_lines
+
+    lines = _text_lines(Path(path), f"references file ({where})", "utf-8-sig")
+    if lines and lines[-1] == "":
+        lines = lines[:-1]
+    return [line.strip() for line in lines]
+
+
+def references_for(samples: Sequence[Any], references_file: str | Path | None, where: str) -> tuple[list[str], str]:
+    """(one reference per sample, where they came from). NoReferences when there are none; S2STError when a
+    references file is unusable (shorter than the dataset, unreadable)."""
+    n = len(samples)
+    if references_file:
+        refs = read_references(references_file, where)
+        if len(refs) < n:
+            raise S2STError(f"{show(str(references_file))} ({where}): {len(refs)} reference line(s) for {n} "
+                            "sample(s): one line per sample, in dataset order")
+        return refs[:n], f"file {references_file}"
+    refs = []
+    for i, sample in enumerate(samples):
+        ref = sample.get(REFERENCE_KEY) if isinstance(sample, Mapping) else None
+        if not isinstance(ref, str):
+            raise NoReferences(f"no reference translations: sample {i} has no {REFERENCE_KEY!r} and no "
+                               "general.references file is set")
+        refs.append(ref.strip())
+    return refs, f"dataset {REFERENCE_KEY}"
+
+
+def sacrebleu_version() -> str:
+    import sacrebleu
+
+    return sacrebleu.__version__
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """{"bleu": {"value", "signature"}, "chrf": {...}}: sacrebleu corpus scores at its defaults (what
+    ``sacrebleu REF -i HYP -m bleu chrf`` prints)."""
+    try:
+        from sacrebleu.metrics import BLEU, CHRF
+    except ImportError:
+        raise S2STError("translation scores need sacrebleu (install the quality extra: "
+                        "pip install -e '.[quality]' in the pytest-s2st clone)") from None
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    out = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF())):
+        score = metric.corpus_score(list(hypotheses), [list(references)])
+        out[name] = {"value": finite(score.score), "signature": metric.get_signature().format()}
+    return out
+
+
+def asr_normalize(transcript: str) -> str:
+    """fairseq asr_bleu: ASRGenerator.transcribe_audiofile's strip().lower(), lowered again by run_asr_bleu."""
+    return transcript.strip().lower()
+
+
+def asr_scorer_id(asr_identity: Mapping[str, Any]) -> str:
+    """The ASR-BLEU scorer id: the ASR backend's identity, sacrebleu's version and the normalisation."""
+    canonical = json.dumps({"asr": asr_identity, "sacrebleu": sacrebleu_version(),
+                            "normalize": "fairseq asr_bleu: transcript strip().lower(), reference strip()"},
+                           sort_keys=True, separators=(",", ":"))
+    return "asrbleu-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], backend: Any, language: str
+             ) -> dict[str, Any]:
+    """ASR-BLEU / ASR-chrF of (samples, rate) waveforms: transcripts through ``backend`` (an ASRBackend of
+    quality/scorers.py), normalised as fairseq's asr_bleu, then corpus_scores. An ASR that is unavailable for
+    ``language`` raises NoReferences with its reason (missing evidence, not a score of 0)."""
+    import numpy as np
+
+    from .scorers import ASR_RATE
+
+    why = backend.unavailable(language)
+    if why is not None:
+        raise NoReferences(f"no ASR for ASR-BLEU: {why}")
+    transcripts = []
+    for samples, rate in waveforms:
+        wav = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if rate != ASR_RATE:
+            from math import gcd
+
+            from scipy.signal import resample_poly
+
+            g = gcd(ASR_RATE, int(rate))
+            wav = resample_poly(wav, ASR_RATE // g, int(rate) // g).astype(np.float32)
+        transcripts.append(asr_normalize(backend.transcribe(wav, language)))
+    scores = corpus_scores(transcripts, [r.strip() for r in references])
+    identity = backend.identity()
+    return {"asr_bleu": scores["bleu"], "asr_chrf": scores["chrf"], "transcripts": transcripts,
+            "asr": identity.get("backend"), "scorer_id": asr_scorer_id(identity), "language": language}
+
+
+# ---------------------------------------------------------------- outputs of one benchmark
+
+
+def text_of(output: Any) -> str | None:
+    if isinstance(output, Mapping) and isinstance(output.get("text"), str):
+        return output["text"]
+    return None
+
+
+def waveform_of(output: Any) -> tuple[Any, int] | None:
+    if isinstance(output, Mapping) and "waveform" in output and "sample_rate" in output:
+        return output["waveform"], int(output["sample_rate"])
+    return None
+
+
+def last_text_stage(stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]]) -> tuple[str, list[str]] | None:
+    """(stage name, texts) of the last stage whose every output is text, or None."""
+    for name, outputs in reversed(list(zip(stage_names, stage_outputs))):
+        texts = [text_of(o) for o in outputs]
+        if outputs and all(t is not None for t in texts):
+            return name, texts  # type: ignore[return-value]
+    return None
+
+
+def score_outputs(stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]], references: list[str],
+                  source: str) -> dict[str, dict[str, Any]]:
+    """The text metrics of a benchmark's outputs: {"bleu": {"value", "method", "details"}, "chrf": ...}
+    in the Metric dict shape (measure.record.Metric), or {} when no stage emits text."""
+    found = last_text_stage(stage_names, stage_outputs)
+    if found is None:
+        return {}
+    stage, hyps = found
+    scores = corpus_scores(hyps, references)
+    out = {}
+    for name in TEXT_METRICS:
+        out[name] = {"value": scores[name]["value"], "method": f"sacrebleu {sacrebleu_version()}",
+                     "details": {"signature": scores[name]["signature"], "stage": stage, "n": len(hyps),
+                                 "references": source}}
+    return out
+
+
+def missing_metrics(names: Sequence[str], reason: str) -> dict[str, dict[str, Any]]:
+    return {name: {"value": None, "method": "sacrebleu", "reason": reason} for name in names}
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def translation_keys(policy: Any) -> dict[str, float]:
+    """The translation thresholds a Policy sets."""
+    return {k: getattr(policy, k) for k in TRANSLATION_KEYS if getattr(policy, k, None) is not None}
+
+
+def judge_translation(policy: Any, candidate: Mapping[str, Any], baseline: Mapping[str, Any] | None,
+                      baseline_name: str | None = None) -> tuple[str, list[str], dict[str, Any]]:
+    """(status, reasons, metrics) of the translation thresholds: candidate/baseline are a benchmark's metrics
+    ({"bleu": {"value", "reason"?, "details"}, ...}). A score either side lacks, or a baseline that was
+    scored another way (sacrebleu signature), is INCONCLUSIVE with the reason; a crossed threshold FAILs."""
+    keys = translation_keys(policy)
+    missing: list[str] = []
+    crossed: list[str] = []
+    metrics: dict[str, Any] = {}
+    for key, limit in keys.items():
+        metric, kind = TRANSLATION_KEYS[key]
+        cand = candidate.get(metric) or {}
+        c = finite(cand.get("value"))
+        if c is None:
+            missing.append(f"{key}: {metric} unavailable for the candidate: "
+                           f"{cand.get('reason') or 'the benchmark scored no translations'}")
+            continue
+        entry = metrics.setdefault(metric, {"candidate": c})
+        if kind == "min":
+            if c < limit:
+                crossed.append(f"{metric} {c:.2f} < {limit:g} ({key})")
+            continue
+        if baseline is None:
+            missing.append(f"{key}: no baseline to compare {metric} with (quality.baseline)")
+            continue
+        base = baseline.get(metric) or {}
+        b = finite(base.get("value"))
+        if b is None:
+            missing.append(f"{key}: {metric} unavailable for the baseline {baseline_name or ''}: "
+                           f"{base.get('reason') or 'the baseline scored no translations'}".replace("  ", " "))
+            continue
+        sig_b = (base.get("details") or {}).get("signature")
+        sig_c = (cand.get("details") or {}).get("signature")
+        if sig_b != sig_c:
+            missing.append(f"{key}: {metric} scored differently: baseline {sig_b!r}, candidate {sig_c!r}")
+            continue
+        drop = b - c
+        entry.update(baseline=b, drop=drop)
+        if drop > limit:
+            crossed.append(f"{metric} drop {drop:.2f} > {limit:g} ({key}; baseline {b:.2f}, candidate {c:.2f})")
+    status = "INCONCLUSIVE" if missing else "FAIL" if crossed else "PASS"
+    return status, missing or crossed, metrics
+
+
+def run_outputs(pipeline: Any, samples: Sequence[Any]) -> tuple[list[str], list[list[Any]]]:
+    """(stage names, every stage's outputs) of the pipeline on the samples, untimed: a gate's baseline
+    scored without measuring it."""
+    stages = list(pipeline.stages)
+    xs = [pipeline.prepare_sample(s) for s in samples]
+    names, outputs = [], []
+    for s, stage in enumerate(stages):
+        outs = [stage.forward(x) for x in xs]
+        names.append(stage.name)
+        outputs.append(outs)
+        if s + 1 < len(stages):
+            xs = [stage.to_next_input(o) for o in outs]
+    return names, outputs
+
+
+def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
+                        references_file: str | Path | None, where: str) -> dict[str, dict[str, Any]]:
+    """The translation metrics of one benchmark (Metric dicts by name): BLEU/chrF of its last text stage;
+    {} when no stage emits text or there are no references (nothing to report); a missing metric with the
+    reason when sacrebleu is not installed. A bad references file is an S2STError line."""
+    if last_text_stage(stage_names, stage_outputs) is None:
+        return {}
+    try:
+        refs, source = references_for(samples, references_file, where)
+    except NoReferences:
+        return {}
+    try:
+        return score_outputs(stage_names, stage_outputs, refs, source)
+    except S2STError as exc:  # sacrebleu missing: the scores are missing evidence, said once per row
+        return missing_metrics(TEXT_METRICS, str(exc))
+
+
+def no_scores_reason(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
+                     references_file: str | Path | None, where: str) -> str:
+    """Why a benchmark has no translation scores (for an INCONCLUSIVE line)."""
+    if last_text_stage(stage_names, stage_outputs) is None:
+        return "no stage of this benchmark outputs text"
+    try:
+        references_for(samples, references_file, where)
+    except NoReferences as exc:
+        return str(exc)
+    return "not scored"
