@@ -319,7 +319,22 @@ def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
         return None
     from .significance import compare_runs
 
+    own_before, own_after = _own_rounds(old), _own_rounds(new)
+    if own_before is not None and own_after is not None:
+        return compare_runs(before, after, own_before, own_after, own=True)
     return compare_runs(before, after, _rounds(old, "runtime_s"), _rounds(new, "runtime_s"))
+
+
+def _own_rounds(metrics: Mapping[str, Any]) -> list[float] | None:
+    """A run's rounds less its thread's run-queue wait (measure/runqueue.py), or None without readings."""
+    from .measure.runqueue import own_times
+    from .significance import usable
+
+    details = _entry(metrics, "runtime_s").get("details")
+    if not isinstance(details, Mapping):
+        return None
+    rounds, waits = usable(details.get("rounds_s")), usable(details.get("waited_s"))
+    return own_times(rounds, waits) if rounds is not None and waits is not None else None
 
 
 def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -29,6 +29,7 @@ from .measure.instructions import InstructionPass
 from .measure.memory import MemoryProbe, resolve_memory_method
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric, mib_summary
+from .measure.runqueue import RunqueueClock
 from .metrics import BY_NAME, INFERENCE_NAMES
 
 PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
@@ -135,6 +136,9 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
         rounds = [m.details.get("rounds_s") for _, m in parts]
         if how == "sum" and all(rounds) and len({len(r) for r in rounds}) == 1:
             details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
+            waited = [m.details.get("waited_s") for _, m in parts]
+            if all(waited) and len({len(w) for w in waited} | {len(rounds[0])}) == 1:
+                details["waited_s"] = [sum(w) for w in zip(*waited)]
             details["precision"] = relative_precision(details["rounds_s"])
             details["precision_method"] = PRECISION_METHOD
         protocols = {m.details.get("protocol") for _, m in parts}
@@ -375,14 +379,39 @@ class TimedRounds:
         self.durations: list[list[float]] = [[] for _ in self.stages]
         self.round_totals: list[float] = []  # each round's time over all stages
         self._next = 0
+        # each round's run-queue wait (measure/runqueue.py), read between rounds, outside every clock
+        self.waits: list[float | None] = []
+        self._queue = RunqueueClock()
+        self._before: float | None = None
+        self._marked = False
 
-    def setup(self):
+    def mark(self) -> None:
+        """The next round starts: read the run-queue wait (outside the timed call)."""
+        self._before, self._marked = self._queue.read(), True
+
+    def settle(self) -> None:
+        """The marked round ended: its run-queue wait is the difference of the readings."""
+        if not self._marked:
+            return
+        now = self._queue.read()
+        self.waits.append(now - self._before if now is not None and self._before is not None else None)
+        self._marked = False
+
+    def setup(self, mark: bool = True):
         # pytest-benchmark calls this outside the clock, so progress costs the timings nothing
+        if mark:
+            self.settle()
         if self.progress is not None and self._next and self._next % PROGRESS_EVERY == 0:
             self.progress("all stages", "timing", self._next, self.count)
         index = self._next % self.n_samples
         self._next += 1
+        if mark:
+            self.mark()
         return (index,), {}
+
+    def finish(self) -> None:
+        self.settle()
+        self._queue.close()
 
     def run(self, index: int) -> None:
         timer, sync = self.timer, self.device.synchronize
@@ -404,20 +433,31 @@ class TimedRounds:
         while self.more():
             args, _ = self.setup()
             self.run(*args)
+        self.finish()
+
+    def stage_waits(self) -> list[list[float]] | None:
+        """Each stage's share of each round's run-queue wait (in proportion to its time in the round); None
+        unless every round has a reading."""
+        if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
+            return None
+        return [[w * (d / total if total > 0 else 0.0) for w, d, total in zip(self.waits, durations, self.round_totals)]
+                for durations in self.durations]
 
     def runtime_metrics(self, method: str) -> list[Metric]:
         out = []
-        for durations in self.durations:
+        waits = self.stage_waits()
+        for s, durations in enumerate(self.durations):
             if not durations:
                 out.append(Metric.missing(method, "no timed round ran"))
                 continue
             mean = sum(durations) / len(durations)
             # every round is kept: compare judges a change against the spread (significance.py)
-            out.append(Metric(mean, method, details={"rounds": len(durations), "min": min(durations),
-                                                     "max": max(durations), "rounds_s": list(durations),
-                                                     "precision": relative_precision(durations),
-                                                     "precision_method": PRECISION_METHOD,
-                                                     "stopped": self.policy.stop_reason}))
+            details = {"rounds": len(durations), "min": min(durations), "max": max(durations),
+                       "rounds_s": list(durations), "precision": relative_precision(durations),
+                       "precision_method": PRECISION_METHOD, "stopped": self.policy.stop_reason}
+            if waits is not None:  # what a neighbour took from each round: compare's gross rule looks past it
+                details["waited_s"] = waits[s]
+            out.append(Metric(mean, method, details=details))
         return out
 
 
@@ -441,16 +481,23 @@ class PairedRounds:
     def timer(self, value: Callable[[], float]) -> None:
         self.candidate.timer = self.baseline.timer = value
 
+    def _baseline_round(self, index: int) -> None:
+        self.baseline.mark()
+        self.baseline.run(index)
+        self.baseline.settle()
+
     def setup(self):
+        self.candidate.settle()  # the candidate's last round ended with the caller's clock
         if self._pending is not None:
-            self.baseline.run(self._pending)  # B of the last pair (A went first)
+            self._baseline_round(self._pending)  # B of the last pair (A went first)
             self._pending = None
         k = len(self.candidate.round_totals)
-        args, kwargs = self.candidate.setup()
+        args, kwargs = self.candidate.setup(mark=False)
         if k % 2 == 0:
-            self.baseline.run(args[0])        # B A
+            self._baseline_round(args[0])        # B A
         else:
-            self._pending = args[0]           # A B: B after the candidate's round
+            self._pending = args[0]              # A B: B after the candidate's round
+        self.candidate.mark()
         return args, kwargs
 
     def run(self, index: int) -> None:
@@ -460,9 +507,12 @@ class PairedRounds:
         return self.candidate.more()
 
     def finish(self) -> None:
+        self.candidate.settle()
         if self._pending is not None:
-            self.baseline.run(self._pending)
+            self._baseline_round(self._pending)
             self._pending = None
+        self.candidate.finish()
+        self.baseline.finish()
 
     def run_all(self) -> None:
         while self.more():
@@ -589,8 +639,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         timer = "time.perf_counter"
     else:
         timer = drive_timing(driven)
-        if paired is not None:
-            paired.finish()
+        driven.finish()
 
     if settings.protocol == "upstream":  # then upstream's max_memory and count_flops passes
         for stage, xs in zip(stages, stage_inputs):

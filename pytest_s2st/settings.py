@@ -285,7 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
-    Setting("compare_fail", compare_limits, None, "fail the session when a metric regresses past a limit against --benchmark-compare, e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
+    Setting("compare_fail", compare_limits, None, "fail when a metric regresses past a limit: an in-process A/B (s2st_benchmark(..., baseline=)) fails its test, a row compared with --benchmark-compare fails the session; e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
     # service benchmarks (s2st_service / s2st_load)
     Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),

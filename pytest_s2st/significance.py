@@ -9,9 +9,11 @@ side), the word "slower"/"faster" only when it excludes 1 and the ratio is past 
 ratio is shown and the word is "cannot tell from one run per side": nothing is claimed. Repeat runs of one
 commit become one saved run with ``s2st-merge --repeats`` (distribute.fold_repeats).
 
-One run per side: the word is given only for a gross change (``GROSS``: the ratio of means and the ratio of
-the rounds' medians both at least 2x, or both at most 1/2), far past the between-process drift measured on a
-shared 2-core runner (docs/measurement.md); smaller ratios stay "cannot tell".
+One run per side: the word is given only for a gross change, far past the between-process drift measured on a
+shared 2-core runner (docs/measurement.md): the means and medians of each run's own round times (wall time less
+the thread's run-queue wait: a neighbour's load taken out) both at least GROSS (x2) apart, or, for runs saved
+without run-queue readings, the raw means and medians both GROSS_RAW (x4) apart. Smaller ratios stay "cannot
+tell".
 
 In one process, baseline and candidate alternating (``compare_pairs``, the in-process A/B): rounds run ABBA
 (B A, A B, B A, ...) on the same input, so drift of the machine hits both sides of a pair alike; the change is
@@ -46,7 +48,8 @@ CANNOT_TELL = "cannot tell from one run per side"
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 NOT_FINITE = "rounds not finite (missing evidence)"
-GROSS = 2.0             # one run per side: a ratio this far from 1 (means and medians) is beyond run-to-run drift
+GROSS = 2.0             # one run per side, own times (run-queue wait out): this far from 1 is beyond run-to-run drift
+GROSS_RAW = 4.0         # the same without run-queue readings: a loaded neighbour moved identical short runs x2.47
 MIN_PAIRS = 6           # in-process A/B: the fewest pairs whose median has a 95 % order-statistic interval  # a NaN/inf/non-number round: nothing is claimed
 
 
@@ -60,6 +63,7 @@ class Change:
     runs: tuple[int, int] | None = None  # (old, new) runs, for a comparison between runs
     pairs: int | None = None         # ABBA pairs, for an in-process A/B (compare_pairs)
     gross: bool = False              # one run per side, judged by GROSS alone (no interval)
+    own_ratio: float | None = None   # the gross rule's ratio of own round times (run-queue wait out), when it had them
 
     @property
     def significant(self) -> bool:
@@ -69,7 +73,8 @@ class Change:
         """describe() for a table cell: below MIN_RUNS per side only the ratio and the run counts (the table's
         footnote says what is needed)."""
         if self.gross:
-            return f"x{self.ratio:.3f}, {self.word} (gross, {self.runs[0]}/{self.runs[1]} runs)"
+            own = f"own x{self.own_ratio:.3f}, " if self.own_ratio is not None else ""
+            return f"x{self.ratio:.3f}, {self.word} (gross, {own}{self.runs[0]}/{self.runs[1]} runs)"
         if self.ratio is not None and self.runs is not None and self.low is None:
             return f"x{self.ratio:.3f}, cannot tell ({self.runs[0]}/{self.runs[1]} runs)"
         if self.pairs is not None and self.low is not None:
@@ -84,8 +89,10 @@ class Change:
                 return f"x{self.ratio:.3f}, {self.word} ({self.pairs} ABBA pairs, need {MIN_PAIRS})"
             return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word} ({self.pairs} ABBA pairs)"
         if self.gross:
-            return (f"x{self.ratio:.3f}, {self.word}: a gross change (x{GROSS:g} or more, beyond run-to-run drift; "
-                    f"{self.runs[0]}/{self.runs[1]} runs)")
+            own = (f"; own round times, the run-queue wait taken out: x{self.own_ratio:.3f}"
+                   if self.own_ratio is not None else "")
+            return (f"x{self.ratio:.3f}, {self.word}: a gross change (beyond run-to-run drift, "
+                    f"{self.runs[0]}/{self.runs[1]} runs{own})")
         if self.runs is not None:
             runs = f"{self.runs[0]}/{self.runs[1]} runs"
             if self.low is None:
@@ -169,35 +176,44 @@ def t975(df: float) -> float:
     return T975[lo - 1] + frac * (T975[min(lo, len(T975) - 1)] - T975[lo - 1])
 
 
-def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequence[float] | None) -> str | None:
-    """SLOWER/FASTER when ``ratio`` and the ratio of the rounds' medians (when both sides kept rounds) are both
-    at least GROSS from 1 in the same direction; else None. The median keeps one stalled round from making a
-    mean look gross."""
+def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequence[float] | None,
+           own: bool) -> str | None:
+    """SLOWER/FASTER when the run's change is gross: with ``own`` rounds (each round less the run-queue wait of
+    its thread, measure/runqueue.py) the ratios of their means and of their medians both at least GROSS from 1
+    in the same direction; without, the ratio of the means and of the rounds' medians both at least GROSS_RAW
+    (a neighbour's load moves a whole short run: identical runs were seen x2.47 apart). Else None."""
     olds, news = usable(old_rounds or []), usable(new_rounds or [])
-    ratios = [ratio]
+    if own and not (olds and news):
+        return None
+    ratios = [] if own else [ratio]
     if olds and news:
-        old_median = float(np.median(olds))
-        if old_median <= 0:
-            return None
-        ratios.append(float(np.median(news)) / old_median)
-    if all(r >= GROSS for r in ratios):
+        for statistic in (np.mean, np.median):
+            before = float(statistic(olds))
+            if before <= 0:
+                return None
+            ratios.append(float(statistic(news)) / before)
+    bound = GROSS if own else GROSS_RAW
+    if all(r >= bound for r in ratios):
         return SLOWER
-    if all(r <= 1 / GROSS for r in ratios):
+    if all(r <= 1 / bound for r in ratios):
         return FASTER
     return None
 
 
 def compare_runs(old: Sequence[float], new: Sequence[float], old_rounds: Sequence[float] | None = None,
-                 new_rounds: Sequence[float] | None = None) -> Change:
+                 new_rounds: Sequence[float] | None = None, own: bool = False) -> Change:
     """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs.
-    With fewer than MIN_RUNS per side only a gross change gets a word; ``old_rounds``/``new_rounds`` (a single
-    run's timed rounds) let its median confirm it."""
+    With fewer than MIN_RUNS per side only a gross change gets a word (``_gross``): ``old_rounds``/``new_rounds``
+    are a single run's timed rounds, ``own`` when they are its own times (run-queue wait taken out)."""
     sides = _sides(old, new, "runs", lambda o, n: (o > 0).all() and (n > 0).all(), MIN_RUNS, CANNOT_TELL)
     if isinstance(sides, Change):
         if sides.word == CANNOT_TELL and sides.ratio is not None:
-            word = _gross(sides.ratio, old_rounds if len(old) == 1 else None, new_rounds if len(new) == 1 else None)
+            single = len(old) == 1 and len(new) == 1
+            word = _gross(sides.ratio, old_rounds if single else None, new_rounds if single else None,
+                          own and single)
             if word is not None:
-                return Change(sides.ratio, word=word, runs=sides.runs, gross=True)
+                own_ratio = float(np.mean(new_rounds) / np.mean(old_rounds)) if own and single else None
+                return Change(sides.ratio, word=word, runs=sides.runs, gross=True, own_ratio=own_ratio)
         return sides
     o, n, ratio, counts = sides
     lo_, ln = np.log(o), np.log(n)

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_s2st.runner import PairedRounds, RoundPolicy, TimedRounds
 from pytest_s2st.measure.device import resolve_device
-from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
+from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, GROSS_RAW, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
                                       compare_pairs, compare_runs, median_interval)
 
 
@@ -43,12 +43,33 @@ def test_the_paired_ratio_is_the_median_and_one_outlier_pair_moves_nothing():
 
 
 def test_one_run_per_side_gross_changes_get_a_word_drift_does_not():
-    assert compare_runs([1.0], [GROSS]).word == SLOWER and compare_runs([1.0], [GROSS]).gross
-    assert compare_runs([1.0], [1 / GROSS]).word == FASTER
-    assert compare_runs([1.0], [1.9]).word == CANNOT_TELL
-    # one stalled round inflates the new mean x2.2; the rounds' median did not move: no word
-    assert compare_runs([1.0], [2.2], [1.0] * 5, [1.0] * 4 + [7.0]).word == CANNOT_TELL
+    # own round times (run-queue wait taken out): x2 of means and medians
+    own = dict(old_rounds=[1.0] * 5, new_rounds=[GROSS] * 5, own=True)
+    assert compare_runs([1.0], [GROSS], **own).word == SLOWER and compare_runs([1.0], [GROSS], **own).gross
+    assert compare_runs([1.0], [1 / GROSS], old_rounds=[1.0] * 5, new_rounds=[1 / GROSS] * 5, own=True).word == FASTER
+    assert compare_runs([1.0], [1.9], old_rounds=[1.0] * 5, new_rounds=[1.9] * 5, own=True).word == CANNOT_TELL
+    # the old side waited half of every round for a CPU: the raw means are equal, the own times x2 apart
+    hidden = compare_runs([2.0], [2.0], old_rounds=[1.0] * 5, new_rounds=[2.0] * 5, own=True)
+    assert hidden.word == SLOWER and hidden.short() == "x1.000, slower (gross, own x2.000, 1/1 runs)"
+    # a neighbour made every round of the new side x3 (no run-queue readings): raw needs GROSS_RAW
+    assert compare_runs([1.0], [3.0], [1.0] * 5, [3.0] * 5).word == CANNOT_TELL
+    assert compare_runs([1.0], [GROSS_RAW], [1.0] * 5, [GROSS_RAW] * 5).word == SLOWER
+    # one stalled round inflates the new mean x4.6; the rounds' median did not move: no word
+    assert compare_runs([1.0], [4.6], [1.0] * 5, [1.0] * 4 + [19.0]).word == CANNOT_TELL
     assert compare_runs([1.0], [22.0], [1.0] * 5, [22.0] * 5).short() == "x22.000, slower (gross, 1/1 runs)"
+
+
+def test_own_times_take_the_run_queue_wait_out_of_each_round():
+    from pytest_s2st.measure.runqueue import RunqueueClock, own_times
+
+    assert own_times([1.0, 2.0, 3.0], [0.5, 0.0, 5.0]) == [0.5, 2.0, 0.0]  # a wait past its round: capped there
+    assert own_times([1.0], None) is None and own_times([1.0, 2.0], [0.1]) is None
+    clock = RunqueueClock()
+    first = clock.read()
+    if first is not None:  # Linux: cumulative and never decreasing
+        assert clock.read() >= first >= 0
+    clock.close()
+    assert clock.read() is None and RunqueueClock("/nonexistent/schedstat").read() is None
 
 
 class _Stage:
@@ -149,5 +170,5 @@ def test_a_gross_slowdown_fails_a_live_compare_with_one_run_per_side(pytester, m
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--benchmark-compare",
                                            "--s2st-compare-fail=runtime_s:5%")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*x*, slower (gross, 1/1 runs)*", "*runtime_s regressed*limit runtime_s:5%",
+    result.stdout.fnmatch_lines(["*x*, slower (gross, own x*, 1/1 runs)*", "*runtime_s regressed*limit runtime_s:5%",
                                  "*1 passed, 1 regressed*"])

@@ -284,7 +284,7 @@ def test_pytest_benchmarks_compare_fail_does_not_hide_ours(pytester, monkeypatch
     second.stdout.fnmatch_lines([
         "*s2st: runtime per sample, peak memory, FLOPs*",
         "*s2st: compared with the saved run (then -> now)*",
-        "*x*, slower (gross, 1/1 runs)*",
+        "*x*, slower (gross, own x*, 1/1 runs)*",
         "*s2st regressions (--s2st-compare-fail)*",
         "*flops not measured*so limit flops:1% was not checked*",
     ])

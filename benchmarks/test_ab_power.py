@@ -1,0 +1,165 @@
+"""The power of the runtime verdicts that need no saved runs of their own, measured through pytest as users run it:
+
+1. the in-process A/B (``s2st_benchmark(candidate, inputs, baseline=base)``, rounds alternating ABBA): one pytest
+   session of TRIALS tests per change (A/A, +5 %, +10 %, x2 work), each test an independent A/B as a CI job would
+   run it, judged by its own verdict word and by ``--s2st-compare-fail=runtime_s:5%``;
+2. one run per side between processes (``--benchmark-compare`` of one saved run, the gross rule,
+   significance.GROSS): TRIALS A/A pairs and TRIALS A-vs-x2 pairs of separate pytest processes, interleaved.
+
+Each with and without a busy-loop process beside it (2 cores: the hog takes one). The model is numpy (one
+thread): STEPS matmul+tanh steps of a 128x128 matrix per call, the candidate doing more steps.
+
+    .venv/bin/python -m pytest -p no:cacheprovider benchmarks/test_ab_power.py -m power -s   (make bench-power)
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_s2st.report import compared_rows, rows_from, runtime_change, saved_counterpart
+
+TRIALS = 20
+STEPS = 20
+CHANGES = {"aa": STEPS, "plus5": STEPS + 1, "plus10": STEPS + 2, "x2": 2 * STEPS}  # candidate's steps
+HOG = "while True:\n    pass\n"
+ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+MODEL_PY = '''
+import os
+import numpy as np
+
+A = np.random.default_rng(0).standard_normal((128, 128)) / 128
+
+def model(steps):
+    def forward(sample):
+        x = A
+        for _ in range(steps):
+            x = np.tanh(x @ A)
+        return float(x[0, 0])
+    return forward
+'''
+
+AB_TEST = '''
+import pytest
+from model import model
+
+CHANGES = {changes!r}
+
+@pytest.mark.parametrize("trial", range({trials}))
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_ab(s2st_benchmark, change, trial):
+    s2st_benchmark(model(CHANGES[change]), list(range(4)), baseline=model({steps}))
+'''
+
+RUN_TEST = '''
+import os
+from model import model
+
+def test_model(s2st_benchmark):
+    s2st_benchmark(model(int(os.environ["POWER_STEPS"])), list(range(4)))
+'''
+
+
+def _pytest(cwd: Path, *args: str, steps: int | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **ENV, **({"POWER_STEPS": str(steps)} if steps is not None else {})}
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--s2st-flops=off", "--s2st-tensor-memory=off", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=1800)
+
+
+def _hog(on: bool):
+    return subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) if on else None
+
+
+def _stop(proc) -> None:
+    if proc is not None:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def in_process(tmp: Path, hog: bool) -> dict:
+    (tmp / "model.py").write_text(MODEL_PY)
+    (tmp / "test_power_ab.py").write_text(AB_TEST.format(changes=CHANGES, trials=TRIALS, steps=STEPS))
+    proc, start = _hog(hog), time.perf_counter()
+    try:
+        done = _pytest(tmp, "--s2st-compare-fail=runtime_s:5%", "--benchmark-json=ab.json")
+    finally:
+        _stop(proc)
+    wall = time.perf_counter() - start
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    out: dict = {c: {"slower": 0, "faster": 0, "gate": 0, "ratios": []} for c in CHANGES}
+    for bench in json.loads((tmp / "ab.json").read_text())["benchmarks"]:
+        s2st = bench["extra_info"]["s2st"]
+        change = bench["params"]["change"]
+        ab = s2st["ab"]
+        out[change]["ratios"].append(ab["ratio"])
+        out[change]["slower"] += ab["word"] == "slower"
+        out[change]["faster"] += ab["word"] == "faster"
+        out[change]["gate"] += s2st.get("verdict", {}).get("status") == "FAIL"
+        out[change]["pairs"] = ab["pairs"]
+    out["wall_s"] = wall
+    return out
+
+
+def between_processes(tmp: Path, hog: bool) -> dict:
+    """TRIALS A/A and TRIALS A/x2 comparisons of one saved run per side (A0 B0 A1 B1 ... A_TRIALS)."""
+    (tmp / "model.py").write_text(MODEL_PY)
+    (tmp / "test_power_run.py").write_text(RUN_TEST)
+    runs_a, runs_b = [], []
+    proc, start = _hog(hog), time.perf_counter()
+    try:
+        for i in range(TRIALS + 1):
+            for steps, runs, name in ((STEPS, runs_a, f"a{i}"), (2 * STEPS, runs_b, f"b{i}")):
+                if name.startswith("b") and i == TRIALS:
+                    continue
+                done = _pytest(tmp, f"--benchmark-json={name}.json", steps=steps)
+                assert done.returncode == 0, done.stdout[-3000:]
+                runs.append(json.loads((tmp / f"{name}.json").read_text())["benchmarks"][0])
+    finally:
+        _stop(proc)
+    wall = time.perf_counter() - start
+
+    def judge(old: dict, new: dict):
+        row = rows_from("t", "t", new["extra_info"]["s2st"])[0]
+        compared = compared_rows(old)
+        return runtime_change(saved_counterpart(row, compared), row.metrics)
+
+    aa = [judge(runs_a[i], runs_a[i + 1]) for i in range(TRIALS)]
+    ab = [judge(runs_a[i], runs_b[i]) for i in range(TRIALS)]
+    return {"aa_words": sum(c.word in ("slower", "faster") for c in aa), "x2_slower": sum(c.word == "slower" for c in ab),
+            "aa_max_log": max(abs(math.log(c.ratio)) for c in aa), "x2_min_ratio": min(c.ratio for c in ab),
+            "aa_ratios": [c.ratio for c in aa], "x2_ratios": [c.ratio for c in ab], "wall_s": wall}
+
+
+@pytest.mark.parametrize("hog", [False, True], ids=["quiet", "cpu-hog"])
+def test_ab_power(tmp_path, benchmark, timing_target, hog):
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "one").mkdir()
+    ab = in_process(tmp_path / "ab", hog)
+    one = between_processes(tmp_path / "one", hog)
+    lines = [f"runtime power ({'CPU hog beside' if hog else 'no hog'}), {TRIALS} trials per change; in-process A/B "
+             f"{ab['aa']['pairs']} ABBA pairs per test, one session {ab['wall_s']:.0f} s; between processes "
+             f"{2 * TRIALS + 1} processes {one['wall_s']:.0f} s",
+             f"{'change':<10}{'slower':>8}{'faster':>8}{'runtime_s:5% FAIL':>19}  ratios (min-median-max)"]
+    for change in CHANGES:
+        r = sorted(ab[change]["ratios"])
+        lines.append(f"{change:<10}{ab[change]['slower']:>8}{ab[change]['faster']:>8}{ab[change]['gate']:>19}  "
+                     f"{r[0]:.3f}-{r[len(r) // 2]:.3f}-{r[-1]:.3f}")
+    lines.append(f"one run per side: A/A words {one['aa_words']}/{TRIALS} (largest |log ratio| {one['aa_max_log']:.3f}, "
+                 f"x{math.exp(one['aa_max_log']):.3f}); x2 work slower {one['x2_slower']}/{TRIALS} (smallest ratio "
+                 f"x{one['x2_min_ratio']:.3f})")
+    print("\n" + "\n".join(lines))
+    benchmark.extra_info.update(hog=hog, in_process=ab, one_run=one)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the record above is the result
+    # stable on any machine: gross changes always, A/A never in the gate
+    assert ab["x2"]["slower"] == ab["x2"]["gate"] == TRIALS and one["x2_slower"] == TRIALS, lines
+    assert ab["aa"]["gate"] <= 1 and one["aa_words"] == 0, lines
+    timing_target(ab["plus10"]["slower"] >= 19 and ab["plus5"]["slower"] >= 15, "; ".join(lines))
