@@ -12,8 +12,9 @@ import pytest
 
 from hostile import MAX_EVENT, hostile, max_event_pcm
 from pytest_s2st import runs
-from pytest_s2st.service.client import MAX_GET_BYTES, fetch_identity, fetch_model, http_get, run_load, speech_url
+from pytest_s2st.service import client
 from pytest_s2st.service.bench import external_case_name
+from pytest_s2st.service.client import run_load, speech_url
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
 PROTOCOLS = ("s2st", "openai")
@@ -116,7 +117,7 @@ def test_an_external_case_is_not_named_after_the_redirect_target():
 # --- untimed GETs: bounded in bytes and time ------------------------------------------------------------
 
 @pytest.mark.parametrize("mode, reason", [
-    ("get_endless", f"GET /identity: HTTP 200: the answer passed {MAX_GET_BYTES} bytes (not read further)"),
+    ("get_endless", "GET /identity: HTTP 200: the answer passed 1048576 bytes (not read further)"),
     ("get_gzip_bomb", "GET /identity: HTTP 200: Content-Encoding gzip refused"),
     ("get_hold", "GET /identity: HTTP 200 application/json, then timeout: no complete answer within 1 s"),
 ])
@@ -129,13 +130,16 @@ def test_an_untimed_get_is_bounded(tmp_path, mode, reason):
 
 
 def test_http_get_reads_a_small_answer_and_refuses_one_past_its_bound():
+    http_get, fetch_identity, fetch_model = client.http_get, client.fetch_identity, client.fetch_model
+    assert client.MAX_GET_BYTES == 1 << 20
+
     async def main():
         async with hostile("get_endless") as bad, hostile("ok") as good:
             status, body = await http_get(speech_url(good.url), "/identity", 2.0)
             assert status == 200 and b'"hostile"' in body
             assert await fetch_model(speech_url(good.url), 2.0) == ("hostile-model", "GET /v1/models")
-            identity, error = await fetch_identity(speech_url(bad.url), 2.0, )
-            assert identity is None and f"passed {MAX_GET_BYTES} bytes" in error
+            identity, error = await fetch_identity(speech_url(bad.url), 2.0)
+            assert identity is None and "passed 1048576 bytes" in error
 
     asyncio.run(asyncio.wait_for(main(), 20))
 
@@ -190,3 +194,103 @@ def test_events_at_the_16_mib_bound_are_read_whole_and_right(tmp_path, protocol)
         assert fh.read(len(pcm)) == pcm
     assert wav.stat().st_size == 44 + 2 * len(pcm)
     wav.unlink()
+
+
+# --- the SSE reader's memory, and its byte-level fuzz ------------------------------------------------------
+
+def _feed_all(events, body: bytes, piece: int) -> list:
+    out = []
+    for i in range(0, len(body), piece):
+        out.extend(events.feed(body[i:i + piece]))
+    return out
+
+
+@pytest.mark.parametrize("body", [
+    b'data: {"type":"speech.audio.delta","audio":"' + b"A" * (MAX_EVENT - 8192),  # an endless line, unfinished
+    b'data: {"type":"speech.audio.delta","audio":"' + b"A" * (MAX_EVENT - 8192) + b'"}\n\n',  # a legal max event
+    b": " + b"x" * (MAX_EVENT - 8192),  # an endless comment
+])
+def test_the_sse_reader_holds_a_bounded_window_of_a_16_mib_event(body):
+    """Python's allocations while 16 MiB of one event pass through the reader in 64 KiB pieces: the
+    reader used to hold (and copy) the whole line or event."""
+    import tracemalloc
+
+    from pytest_s2st.service.readers import Events, Limits
+
+    audio = [0]
+    events = Events(Limits(600.0), "audio", lambda chunk: audio.__setitem__(0, audio[0] + len(chunk)))
+    tracemalloc.start()
+    try:
+        _feed_all(events, body, 64 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024, f"peak {peak / 2**20:.1f} MiB"
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    _EVENT = st.fixed_dictionaries({"type": st.sampled_from(["speech.audio.delta", "other"]),
+                                    "audio": st.binary(max_size=300).map(lambda b: __import__("base64").b64encode(b).decode())},
+                                   optional={"x": st.recursive(st.none() | st.integers() | st.text(max_size=8),
+                                                               lambda c: st.lists(c, max_size=3), max_leaves=5)})
+
+    @settings(max_examples=300, deadline=None)
+    @given(events=st.lists(_EVENT, min_size=1, max_size=4), piece=st.integers(1, 64), hold=st.integers(1, 200),
+           slash=st.booleans(), audio_first=st.booleans(), crlf=st.booleans())
+    def test_fuzz_streamed_events_read_as_held_ones(events, piece, hold, slash, audio_first, crlf):
+        """Any split into pieces, any hold threshold: the streamed reader gives the events and the audio
+        that the whole-event reader gives."""
+        import base64
+        import json
+
+        from pytest_s2st.service import readers
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(readers, "HOLD_BYTES", hold)
+            _check_streamed(readers, events, piece, slash, audio_first, crlf)
+
+    def _check_streamed(readers, events, piece, slash, audio_first, crlf):
+        import base64
+        import json
+
+        nl = b"\r\n" if crlf else b"\n"
+        body = b""
+        for e in events:
+            e = dict(sorted(e.items(), reverse=audio_first))
+            text = json.dumps(e)
+            if slash:
+                text = text.replace("/", "\\/")
+            body += b"data: " + text.encode() + nl + nl
+        audio = bytearray()
+        reader = readers.Events(readers.Limits(600.0), "audio", audio.extend)
+        out = _feed_all(reader, body, piece)
+        assert len(out) == len(events)
+        expected_audio = b""
+        for got, e in zip(out, events):
+            if isinstance(got, readers.Streamed):
+                assert got.event == {**e, "audio": ""}
+                assert got.audio_bytes == len(base64.b64decode(e["audio"]))
+                expected_audio += base64.b64decode(e["audio"])
+            else:
+                assert json.loads(got) == e
+        assert bytes(audio) == expected_audio
+
+    @settings(max_examples=300, deadline=None)
+    @given(body=st.binary(max_size=400), piece=st.integers(1, 64), hold=st.integers(1, 100))
+    def test_fuzz_sse_bytes_end_in_events_or_one_fail(body, piece, hold):
+        """Arbitrary bytes: events (bytes or Streamed) or readers.Fail, never another exception."""
+        from pytest_s2st.service import readers
+
+        reader = readers.Events(readers.Limits(0.01), "audio", lambda chunk: None)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(readers, "HOLD_BYTES", hold)
+            try:
+                for got in _feed_all(reader, b'data: {"audio": "' + body, piece):
+                    assert isinstance(got, (bytes, readers.Streamed))
+            except readers.Fail as exc:
+                assert str(exc) and "\n" not in str(exc)

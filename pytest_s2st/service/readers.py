@@ -321,7 +321,7 @@ class Events:
                 pos = nl + 1
                 continue
             if nl < 0:
-                if len(self._line) + n - pos <= HOLD_BYTES:
+                if len(self._line) + n - pos <= max(HOLD_BYTES, 6):  # 6: the line's field is known
                     self._line += view[pos:]
                     self._check(len(self._line), "an SSE line")
                 else:
