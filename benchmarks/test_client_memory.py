@@ -163,3 +163,55 @@ def test_c256_streams_of_60_s_complete_with_bounded_memory(tmp_path):
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve(sys.argv[2], float(sys.argv[3]))
+
+
+# --- issue 29: through the pytest path users run (s2st_load, --s2st-endpoint), against tests/hostile.py ---------
+
+HOSTILE = Path(__file__).resolve().parents[1] / "tests" / "hostile.py"
+INNER = '''
+import json, os, re
+def _status(key):
+    return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+def test_load(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+    before = _status("VmRSS")
+    result = s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+    with open(os.environ["MEM_OUT"], "w") as fh:
+        json.dump({"before_kib": before, "peak_kib": _status("VmHWM"), "identity_error": result.identity_error,
+                   "errors": sorted({str(r["error"])[:120] for r in result.records})}, fh)
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.parametrize("mode, protocol", [
+    ("endless_pcm", "openai"), ("endless_line", "openai"), ("endless_line", "s2st"), ("max_events", "openai"),
+    ("max_events", "s2st"), ("endless_events", "s2st"), ("get_endless", "openai"), ("get_gzip_bomb", "openai"),
+])
+def test_c64_through_pytest_grows_by_at_most_64_mib(tmp_path, mode, protocol):
+    port_file = tmp_path / "port"
+    server = subprocess.Popen([sys.executable, str(HOSTILE), mode, str(port_file)])
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.05)
+        (tmp_path / "test_mem.py").write_text(INNER)
+        env = {**os.environ, "MEM_OUT": str(tmp_path / "mem.json"),
+               "PYTHONPATH": os.pathsep.join([str(HOSTILE.parents[1]), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_mem.py",
+                               f"--s2st-endpoint=http://127.0.0.1:{port_file.read_text()}", "--s2st-concurrency=64",
+                               f"--s2st-protocol={protocol}", "--s2st-requests=64", "--s2st-warmup=0",
+                               "--s2st-request-timeout=8", f"--s2st-evidence-dir={tmp_path / 'ev'}"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert (tmp_path / "mem.json").exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+        mem = json.loads((tmp_path / "mem.json").read_text())
+    finally:
+        server.kill()
+        server.wait()
+        for wav in (tmp_path / "ev").rglob("*.wav"):
+            wav.unlink()
+    growth = (mem["peak_kib"] - mem["before_kib"]) / 1024
+    print(f"\n{mode} ({protocol}), c64 through pytest: peak RSS growth {growth:.1f} MiB; {mem['errors']}; "
+          f"identity: {mem['identity_error']}")
+    assert growth <= MAX_GROWTH_MIB, f"RSS grew {growth:.0f} MiB"

@@ -50,9 +50,14 @@ SHAPES = {
     "endless_empty_audio": (forever(SSE_HEAD, chunk(sse_event({"type": "audio", "index": 0, "sample_rate": 24000,
                                                                "pcm": ""}))),
                             {"max_audio_s": 1}, "response passed 200 SSE events (max_audio_s=1"),
-    # one data: line that never ends, at the default max_audio_s: the 16 MiB SSE event ceiling
+    # one data: line that never ends, at the default max_audio_s: not held past HOLD_BYTES, read as it
+    # arrives, and no JSON object (issue 29: it used to be held to the 16 MiB SSE event ceiling)
     "endless_data_bytes": (forever(SSE_HEAD + chunk(b"data: "), chunk(b"A" * 65536)),
-                           {}, "an SSE line passed max_event_bytes=16777216 (max_audio_s=600 at 48000 Hz)"),
+                           {}, "malformed SSE event (not one JSON object): b'AAAA"),
+    # the same inside an audio event's base64: decoded to the evidence as it arrives, up to the event bound
+    "endless_audio_line": (forever(SSE_HEAD + chunk(b'data: {"type":"audio","index":0,"sample_rate":24000,"pcm":"'),
+                                   chunk(b"A" * 65536)),
+                           {}, "an SSE event passed max_event_bytes=16777216 (max_audio_s=600 at 48000 Hz)"),
     # data: lines, never the blank line that ends the event
     "endless_data_lines": (forever(SSE_HEAD, chunk(b"data: " + b"A" * 8000 + b"\n")), {"max_audio_s": 1},
                            "an SSE event passed max_event_bytes=132096 (max_audio_s=1 at 48000 Hz)"),

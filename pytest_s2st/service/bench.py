@@ -71,7 +71,6 @@ def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tupl
     else (no answer within ``timeout_s``) ``external-<host>-<port>``. Returns (case id, where the name came from)."""
     import asyncio
 
-    import aiohttp
     from yarl import URL
 
     from .client import fetch_identity, fetch_model
@@ -79,16 +78,15 @@ def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tupl
     url = URL(endpoint)
 
     async def ask() -> tuple[str | None, str]:
-        async with aiohttp.ClientSession() as session:
-            model, where = await fetch_model(session, url, timeout_s)
-            if model:
-                return model, where
-            identity, error = await fetch_identity(session, url, timeout_s)
-            if isinstance(identity, dict):
-                for key in ("case_id", "model_type"):
-                    if isinstance(identity.get(key), str) and identity[key].strip():
-                        return identity[key], f"GET /identity ({key})"
-            return None, f"{where}; {error or 'GET /identity: names no case_id or model_type'}"
+        model, where = await fetch_model(url, timeout_s)
+        if model:
+            return model, where
+        identity, error = await fetch_identity(url, timeout_s)
+        if isinstance(identity, dict):
+            for key in ("case_id", "model_type"):
+                if isinstance(identity.get(key), str) and identity[key].strip():
+                    return identity[key], f"GET /identity ({key})"
+        return None, f"{where}; {error or 'GET /identity: names no case_id or model_type'}"
 
     name, where = asyncio.run(ask())
     if name is None:

@@ -88,14 +88,32 @@ def speech_url(endpoint: str) -> URL:
     return URL(runs.normalize_endpoint(endpoint), encoded=True)
 
 
-def request_head(url: URL, accept: str = "text/event-stream", authorization: str | None = None) -> bytes:
-    """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow)."""
+def _host(url: URL) -> str:
     host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else url.raw_host
     if url.port != {"http": 80, "https": 443}[url.scheme]:
         host = f"{host}:{url.port}"
+    return host
+
+
+def request_head(url: URL, accept: str = "text/event-stream", authorization: str | None = None) -> bytes:
+    """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow).
+    ``Accept-Encoding: identity``: a server may compress only what the client asks for; the client never inflates."""
     auth = f"Authorization: {authorization}\r\n" if authorization else ""
-    return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: pytest-s2st\r\n"
-            f"Accept: {accept}\r\nContent-Type: application/json\r\n{auth}").encode()
+    return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {_host(url)}\r\nUser-Agent: pytest-s2st\r\n"
+            f"Accept: {accept}\r\nAccept-Encoding: identity\r\nContent-Type: application/json\r\n{auth}").encode()
+
+
+def not_an_answer(status: int, headers: dict[str, str]) -> str | None:
+    """Why a response's head alone makes it no answer (a redirect, a protocol switch, a compressed body), or None.
+    A redirect is never followed: the benchmark measures the endpoint it was given, not another host."""
+    if 300 <= status < 400:
+        location = headers.get("location")
+        where = f"redirect to {location[:200]!r}" if location is not None else "redirect without a Location"
+        return f"HTTP {status} {where}, not followed"
+    if status == 101:
+        return f"HTTP 101: the server switched protocols (Upgrade: {headers.get('upgrade', '')[:60]!r}); no speech answer"
+    why = http1.refused_encoding(headers)
+    return f"HTTP {status}: {why}" if why else None
 
 
 class _H1Body(Body):
@@ -152,14 +170,19 @@ async def _exchange_aiohttp(run: "_Run", body: dict, record: dict, pcm: AudioSin
     record["start_t"] = run.now()
     payload = json.dumps(body, ensure_ascii=False).encode()
     headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record["id"],
-               "Accept": "*/*" if run.protocol == oa.OPENAI else oa.SSE_TYPE}
+               "Accept": "*/*" if run.protocol == oa.OPENAI else oa.SSE_TYPE, "Accept-Encoding": "identity"}
     auth = oa.authorization() if run.protocol == oa.OPENAI else None
     if auth:
         headers["Authorization"] = auth
     assert run.session is not None
     try:
-        async with run.session.post(run.url, data=payload, headers=headers, trace_request_ctx=record) as resp:
+        async with run.session.post(run.url, data=payload, headers=headers, trace_request_ctx=record,
+                                    allow_redirects=False) as resp:
             record["http_status"] = resp.status
+            seen.head_read(resp.status, resp.content_type.lower() if "content-type" in resp.headers else "")
+            why = not_an_answer(resp.status, {k.lower(): v for k, v in resp.headers.items()})
+            if why:
+                raise Fail(why)
             if resp.status != 200:
                 raw = await resp.content.read(2000)
                 raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
@@ -263,23 +286,24 @@ class _Run:
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
-            record["error"] = "cancelled: the run's total time bound ran out before this request finished"
+            record["error"] = seen.then("cancelled: the run's total time bound ran out before this request finished")
             self.keep(record, pcm)
             raise
         except Fail as exc:
             record["error"] = str(exc)
         except http1.Stalled:
-            record["error"] = f"read stalled: no data for {self.read_timeout_s:g} s"
+            record["error"] = seen.then(f"read stalled: no data for {self.read_timeout_s:g} s")
         except asyncio.TimeoutError:
-            record["error"] = f"timeout: no complete response within {self.timeout_s:g} s"
+            record["error"] = seen.then(f"timeout: no complete response within {self.timeout_s:g} s")
         except http1.Disconnected as exc:
-            record["error"] = str(exc)
+            record["error"] = seen.then(str(exc))
         except http1.TooLarge as exc:
-            record["error"] = f"response too large: {exc}"
+            record["error"] = seen.then(f"response too large: {exc}")
         except http1.ProtocolError as exc:
-            record["error"] = f"response broken mid-stream: {exc}"
+            record["error"] = seen.then(f"response broken mid-stream: {exc}" if seen.status is not None
+                                        else f"response broken: {exc}")
         except OSError as exc:  # e.g. reset by a server that died
-            record["error"] = f"connection lost: {exc}"
+            record["error"] = seen.then(f"connection lost: {exc}")
         except Exception as exc:  # a client bug must not take the other requests down; record it
             record["error"] = f"client error {type(exc).__name__}: {exc}"
         else:
@@ -322,6 +346,11 @@ class _Run:
         conn.send(head + payload)
         resp = await conn.response(self.read_timeout_s)
         record["http_status"] = resp.status
+        seen.head_read(resp.status, resp.content_type)
+        why = not_an_answer(resp.status, resp.headers)
+        if why:
+            conn.reusable = False  # its body is not read
+            raise Fail(why)
         if resp.status != 200:
             raw = await self._head_of_body(conn, 2000)
             raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
@@ -473,14 +502,74 @@ def _check_out_dir(out_dir: Path, concurrency: int) -> None:
             raise S2STError(f"{path}: already holds records for concurrency {concurrency}; use a new out_dir")
 
 
-async def fetch_identity(session: aiohttp.ClientSession, url: URL, timeout_s: float) -> tuple[dict | None, str | None]:
+MAX_GET_BYTES = 1 << 20  # the answer of an untimed GET (/identity, /v1/models): read to at most this
+
+
+class GetFailed(Exception):
+    """An untimed GET that gave no usable answer; the message says why (status and what followed)."""
+
+
+async def http_get(url: URL, path: str, timeout_s: float, authorization: str | None = None,
+                   max_bytes: int = MAX_GET_BYTES) -> tuple[int, bytes]:
+    """(status, body) of ``GET path`` over http1.py, or GetFailed naming why. Bounded as the speech requests
+    are: ``timeout_s`` bounds the whole GET, the body is read to at most ``max_bytes`` (never inflated: the
+    client asks for identity and refuses any other Content-Encoding), and a redirect is never followed (its
+    status and Location are the reason): what is saved about a server comes from the endpoint given."""
+    conn: http1.Connection | None = None
+    seen = Seen()
+
+    async def go() -> tuple[int, bytes]:
+        nonlocal conn
+        conn = await http1.Connection.open(url.raw_host, url.port, tls=url.scheme == "https", timeout_s=timeout_s)
+        auth = f"Authorization: {authorization}\r\n" if authorization else ""
+        conn.send(f"GET {path} HTTP/1.1\r\nHost: {_host(url)}\r\nUser-Agent: pytest-s2st\r\nAccept: application/json"
+                  f"\r\nAccept-Encoding: identity\r\n{auth}Connection: close\r\n\r\n".encode())
+        resp = await conn.response(timeout_s)
+        seen.head_read(resp.status, resp.content_type)
+        why = not_an_answer(resp.status, resp.headers)
+        if why:
+            raise GetFailed(why)
+        length = resp.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_bytes:
+            raise GetFailed(f"HTTP {resp.status}: an answer of {int(length)} bytes passed {max_bytes} (not read)")
+        body = bytearray()
+        async for piece in conn.body(timeout_s):
+            seen.body(piece)
+            body += piece
+            if len(body) > max_bytes:
+                raise GetFailed(f"HTTP {resp.status}: the answer passed {max_bytes} bytes (not read further)")
+        return resp.status, bytes(body)
+
     try:
-        async with session.get(url.with_path("/identity"), timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            if resp.status != 200:
-                return None, f"GET /identity: HTTP {resp.status}"
-            return await resp.json(), None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, OSError) as exc:
-        return None, f"GET /identity: {type(exc).__name__}: {exc}"
+        return await http1.within(timeout_s, go())
+    except asyncio.TimeoutError:
+        raise GetFailed(seen.then(f"timeout: no complete answer within {timeout_s:g} s")) from None
+    except http1.Stalled:
+        raise GetFailed(seen.then(f"read stalled: no data for {timeout_s:g} s")) from None
+    except (http1.Disconnected, http1.ProtocolError) as exc:
+        raise GetFailed(seen.then(str(exc))) from None
+    except (OSError, ValueError) as exc:  # refused, unreachable, TLS handshake, ...
+        raise GetFailed(seen.then(f"connection failed: {exc}")) from None
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+async def fetch_identity(url: URL, timeout_s: float) -> tuple[dict | None, str | None]:
+    """(GET /identity's JSON object, None), or (None, why there is none)."""
+    try:
+        status, raw = await http_get(url, "/identity", timeout_s)
+    except GetFailed as exc:
+        return None, f"GET /identity: {exc}"
+    if status != 200:
+        return None, f"GET /identity: HTTP {status}"
+    try:
+        identity = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        return None, f"GET /identity: not JSON ({short(str(exc))})"
+    if not isinstance(identity, dict):
+        return None, f"GET /identity: a JSON {type(identity).__name__}, not an object"
+    return identity, None
 
 
 # the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
@@ -490,20 +579,18 @@ _LEVEL_KEYS = ("concurrency", "summary", "wall_s", "warmup_wall_s", "warmups", "
                "burstiness", "arrival_seed", "arrivals_method")
 
 
-async def fetch_model(session: aiohttp.ClientSession, url: URL, timeout_s: float) -> tuple[str | None, str]:
+async def fetch_model(url: URL, timeout_s: float) -> tuple[str | None, str]:
     """(the first model id of GET /v1/models, where it came from or why there is none), as ``vllm bench
-    serve`` picks its model when none is given. The answer is read to at most 1 MiB."""
+    serve`` picks its model when none is given. The answer is read to at most MAX_GET_BYTES (http_get)."""
     where = f"GET {oa.MODELS_PATH}"
     try:
-        auth = oa.authorization()
-        async with session.get(url.with_path(oa.MODELS_PATH), timeout=aiohttp.ClientTimeout(total=timeout_s),
-                               headers={"Authorization": auth} if auth else None) as resp:
-            if resp.status != 200:
-                return None, f"{where}: HTTP {resp.status}; no model sent"
-            raw = await resp.content.read(1 << 20)
+        status, raw = await http_get(url, oa.MODELS_PATH, timeout_s, oa.authorization())
+    except GetFailed as exc:
+        return None, f"{where}: {exc}; no model sent"
+    if status != 200:
+        return None, f"{where}: HTTP {status}; no model sent"
+    try:
         model = json.loads(raw)["data"][0]["id"]
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-        return None, f"{where}: {type(exc).__name__}: {exc}; no model sent"
     except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         return None, f"{where}: no {{\"data\": [{{\"id\"}}]}} list in the answer; no model sent"
     if not isinstance(model, str) or not model:
@@ -569,13 +656,12 @@ async def _server_facts(url: URL, protocol: str, extra_body: dict,
                         timeout_s: float) -> tuple[dict | None, str | None, str | None, str | None]:
     """(identity, why there is none, model, where it came from), fetched untimed before the load."""
     model, model_source = None, None
-    async with aiohttp.ClientSession() as session:
-        identity, identity_error = await fetch_identity(session, url, min(timeout_s, 5.0))
-        if protocol == oa.OPENAI:
-            if "model" in extra_body:
-                model, model_source = extra_body["model"], "extra_body"
-            else:
-                model, model_source = await fetch_model(session, url, min(timeout_s, 5.0))
+    identity, identity_error = await fetch_identity(url, min(timeout_s, 5.0))
+    if protocol == oa.OPENAI:
+        if "model" in extra_body:
+            model, model_source = extra_body["model"], "extra_body"
+        else:
+            model, model_source = await fetch_model(url, min(timeout_s, 5.0))
     return identity, identity_error, model, model_source
 
 

@@ -65,6 +65,15 @@ async def within(seconds: float, awaitable: Awaitable[Any]) -> Any:
     return await asyncio.wait_for(awaitable, seconds)
 
 
+def refused_encoding(headers: dict[str, str]) -> str | None:
+    """Why a response's Content-Encoding is refused, or None when it is identity (or absent). The client asks
+    for identity (``Accept-Encoding: identity``) and never inflates: a compressed body is no audio."""
+    coding = headers.get("content-encoding", "").strip().lower()
+    if coding in ("", "identity"):
+        return None
+    return f"Content-Encoding {coding[:60]} refused (the client asks for identity and never inflates)"
+
+
 async def _bounded(awaitable: Awaitable[Any], seconds: float) -> Any:
     try:
         return await within(seconds, awaitable)
@@ -161,14 +170,21 @@ class Connection:
                 continue  # interim response (e.g. 100 Continue): the final one follows
             if parts[0] == b"HTTP/1.0" or "close" in headers.get("connection", "").lower():
                 self.reusable = False
-            self._framing = self._frame(status, headers)
+            try:
+                self._framing = self._frame(status, headers)
+            except ProtocolError as exc:
+                raise ProtocolError(f"HTTP {status}: {exc}") from None
             return Response(status, headers)
         raise ProtocolError(f"more than {_MAX_INTERIM} interim (1xx) responses")
 
     def _frame(self, status: int, headers: dict[str, str]) -> tuple[str, int]:
         if status in (204, 304):
             return "length", 0
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        coding = headers.get("transfer-encoding", "").strip().lower()
+        if coding:
+            if coding != "chunked":  # gzip, chunked: compressed bytes inside the chunks; never inflated
+                self.reusable = False
+                raise ProtocolError(f"Transfer-Encoding {coding[:60]!r} refused (only chunked is read)")
             return "chunked", 0
         if "content-length" in headers:
             if not _DIGITS.fullmatch(headers["content-length"]):  # int() would take "+5", "1_0", " 5"

@@ -122,12 +122,21 @@ def parse_event(raw: bytes) -> tuple[str, Any]:
         raise ValueError(f"malformed SSE event: {raw[:80]!r}") from None
     if not isinstance(event, dict):
         raise ValueError(f"malformed SSE event (not an object): {raw[:80]!r}")
+    return classify(event)
+
+
+def classify(event: dict, streamed: int | None = None) -> tuple[str, Any]:
+    """An event object -> as parse_event. ``streamed``: the delta's audio was decoded as it arrived (the
+    client's reader of events too large to hold): that many bytes, in place of the pcm bytes."""
     kind = event.get("type")
     if kind == DELTA:
-        try:
-            pcm = base64.b64decode(event["audio"], validate=True)
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"malformed {DELTA} event: 'audio' is not base64") from None
+        if streamed is not None:
+            pcm: bytes | int = streamed
+        else:
+            try:
+                pcm = base64.b64decode(event["audio"], validate=True)
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"malformed {DELTA} event: 'audio' is not base64") from None
         rate = event.get("sample_rate")  # not OpenAI's: this project's server names its rate
         return "delta", (pcm, None if rate is None else check_rate(rate, f"{DELTA} event"))
     if kind == DONE:

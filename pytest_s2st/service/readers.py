@@ -18,10 +18,12 @@ event, one HTTP chunk's announced size, the number of events or arrivals.
 from __future__ import annotations
 
 import base64
+import binascii
 import functools
 import json
+import re
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from . import openai_api as oa
 from ..inputs import loads_finite
@@ -67,45 +69,274 @@ class Limits:
         return f"max_audio_s={self.max_audio_s:g} at {rate or _DEFAULT_RATE} Hz"
 
 
-class Events:
-    """SSE framing: body bytes in, whole events' data out; a line and an event are bounded."""
+class Streamed:
+    """An SSE event too large to hold (its data passed HOLD_BYTES): its fields as a dict, the audio field's
+    value replaced by "", and the count of audio bytes that field's base64 decoded to, already handed to
+    the reader's sink piece by piece as it arrived (None: the event had no such string field)."""
+    __slots__ = ("event", "audio_bytes")
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, event: dict, audio_bytes: int | None) -> None:
+        self.event, self.audio_bytes = event, audio_bytes
+
+    def __repr__(self) -> str:
+        return f"Streamed({self.event!r}, {self.audio_bytes})"
+
+
+HOLD_BYTES = 256 * 1024  # an SSE line or event held whole; a larger one is streamed (Events)
+MAX_FIELDS = 64 * 1024  # a streamed event's JSON besides its audio field's base64
+_B64 = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
+_STR_STOP = re.compile(rb'["\\]')
+_JSON_SPACE = frozenset(b" \t\r\n")
+
+
+class _Scanner:
+    """One SSE event's JSON data, read as it arrives, without holding its audio: the value of the top-level
+    ``key`` (a base64 string) is decoded piece by piece into ``on_audio``; the rest of the text (at most
+    MAX_FIELDS bytes, that value written as "") is parsed once the event ends. Only JSON's ``\\/`` escape is
+    taken inside the base64 (no other escape can stand for a base64 character)."""
+
+    def __init__(self, key: bytes, on_audio: Callable[[bytes], None]) -> None:
+        self.key, self.on_audio = key, on_audio
+        self.fields = bytearray()
+        self.audio_bytes = 0
+        self.streamed = False  # the audio field was met (and decoded)
+        self._depth = 0
+        self._in_str = self._esc = self._is_key = False
+        self._last = b""  # the last ':' / ',' / '{' at depth 1: a string after '{' or ',' is a key
+        self._key = bytearray()  # the key string being read
+        self._prev_key = b""
+        self._audio = False  # inside the audio field's string
+        self._carry = b""  # base64 characters of an incomplete quantum
+        self._padded = False  # a quantum ended with '=': nothing may follow
+        self._closed = False  # the top-level object has ended: only whitespace may follow
+
+    def _grow(self, data: Any) -> None:
+        self.fields += data
+        if len(self.fields) > MAX_FIELDS:
+            raise Fail(f"an SSE event's fields besides its audio passed {MAX_FIELDS} bytes")
+
+    def _decode(self, data: Any, last: bool = False) -> None:
+        buf = self._carry + bytes(data) if self._carry else data
+        n = len(buf) if last else len(buf) // 4 * 4
+        block, self._carry = buf[:n], bytes(buf[n:])
+        if not block:
+            return
+        if self._padded or len(block) % 4 or not _B64.fullmatch(block):
+            raise Fail(f"malformed SSE event: its {self.key.decode()!r} is not base64")
+        self._padded = block[-1:] == b"="
+        chunk = binascii.a2b_base64(block)
+        self.audio_bytes += len(chunk)
+        self.on_audio(chunk)
+
+    def _bad(self) -> Fail:
+        return Fail(f"malformed SSE event: its {self.key.decode()!r} is not base64")
+
+    def feed(self, data: Any) -> None:
+        data = data if isinstance(data, memoryview) else memoryview(data)
+        i, n = 0, len(data)
+        while i < n:
+            if self._audio:
+                if self._esc:  # an escape split across pieces: only \/ stands for a base64 character
+                    if data[i] != 0x2F:
+                        raise self._bad()
+                    self._esc = False
+                    self._decode(b"/")
+                    i += 1
+                    continue
+                m = _STR_STOP.search(data, i)
+                j = n if m is None else m.start()
+                if j > i:
+                    self._decode(data[i:j])
+                if m is None:
+                    return
+                if data[j] == 0x5C:  # backslash
+                    self._esc = True
+                    i = j + 1
+                    continue
+                self._decode(b"", last=True)  # the closing quote
+                self._audio = False
+                self._grow(b'""')
+                i = j + 1
+                continue
+            if self._in_str:
+                if self._esc:
+                    self._esc = False
+                    self._grow(data[i:i + 1])
+                    if self._is_key:
+                        self._key += data[i:i + 1]
+                    i += 1
+                    continue
+                m = _STR_STOP.search(data, i)
+                j = n if m is None else m.start()
+                self._grow(data[i:n if m is None else j + 1])
+                if self._is_key:
+                    self._key += data[i:j]
+                    if len(self._key) > MAX_FIELDS:
+                        raise Fail(f"an SSE event's fields besides its audio passed {MAX_FIELDS} bytes")
+                if m is None:
+                    return
+                if data[j] == 0x5C:
+                    self._esc = True
+                else:
+                    self._in_str = False
+                    if self._is_key:
+                        self._prev_key, self._key = bytes(self._key), bytearray()
+                i = j + 1
+                continue
+            c = data[i]
+            if self._depth == 0 and c not in _JSON_SPACE and (self._closed or c != 0x7B):
+                raise Fail(f"malformed SSE event (not one JSON object): {bytes(self.fields[:40]) + bytes(data[i:i + 40])!r}")
+            if c == 0x22:  # '"'
+                if self._depth == 1 and self._last == b":" and self._prev_key == self.key and not self.streamed:
+                    self._audio = self.streamed = True
+                    i += 1
+                    continue
+                self._in_str, self._is_key = True, self._depth == 1 and self._last in (b"{", b",")
+            elif c in (0x7B, 0x5B):  # '{' '['
+                self._depth += 1
+                if self._depth == 1:
+                    self._last = b"{" if c == 0x7B else b"["
+            elif c in (0x7D, 0x5D):  # '}' ']'
+                self._depth -= 1
+                self._closed = self._depth == 0
+            elif self._depth == 1 and c in (0x3A, 0x2C):  # ':' ','
+                self._last = bytes((c,))
+            self._grow(data[i:i + 1])
+            i += 1
+
+    def finish(self) -> Streamed:
+        if self._audio or self._in_str or self._esc:
+            raise Fail(f"malformed SSE event: it ended inside a string ({bytes(self.fields[:60])!r}...)")
+        event = _parse(bytes(self.fields))
+        if self.streamed and event.get(self.key.decode()) != "":
+            raise Fail(f"malformed SSE event: its {self.key.decode()!r} field twice")
+        return Streamed(event, self.audio_bytes if self.streamed else None)
+
+
+class Events:
+    """SSE framing: body bytes in, whole events' data out; a line and an event are bounded.
+
+    An event whose data stays within HOLD_BYTES comes out whole (bytes). A longer one is never held: its
+    line is read as it arrives, its audio field (``key``: "pcm" or "audio") decoded into ``on_audio`` piece
+    by piece, and it comes out as a Streamed. So one stream holds at most about 2 x HOLD_BYTES of framing,
+    whatever the event bound (max_event_bytes, up to 16 MiB) lets the server send."""
+
+    def __init__(self, limits: Limits, key: str = "pcm", on_audio: Callable[[bytes], None] | None = None) -> None:
         self.limits, self.rate = limits, None  # the rate the bound follows, once the stream names it
         self.limit = limits.at(None)[1]
         self.done: dict | None = None  # the done event, once read: the rest of the body is drained
-        self._pending = bytearray()
+        self.key = key.encode()
+        self.on_audio = on_audio or (lambda chunk: None)
+        self._line = bytearray()  # a partial line (at most HOLD_BYTES)
         self._data: list[bytes] = []
-        self._size = 0
+        self._size = 0  # the current event's data bytes
+        self._scan: _Scanner | None = None  # the current event, streamed
+        self._long: str | None = None  # a line too long to hold, being read: "data" or "skip"
+        self._long_size = 0
 
     def _check(self, n: int, what: str) -> None:
         if n > self.limit:
             raise Fail(f"{what} passed max_event_bytes={self.limit} ({self.limits.why(self.rate)})")
 
-    def feed(self, piece: bytes) -> list[bytes]:
-        if b"\n" not in piece:
-            self._pending += piece
-            self._check(len(self._pending), "an SSE line")
-            return []
-        if self._pending:
-            self._pending += piece
-            piece = bytes(self._pending)
-        *lines, rest = piece.split(b"\n")  # usually the piece holds whole events: no copy before this
-        self._pending = bytearray(rest)
-        self._check(len(rest), "an SSE line")
-        events = []
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if line.startswith(b"data:"):
-                value = line[6:] if line.startswith(b"data: ") else line[5:]
-                self._size += len(value) + 1
-                self._check(self._size, "an SSE event")
-                self._data.append(value)
-            elif not line and self._data:  # comments / other fields are ignored; events end at a blank line
-                events.append(b"\n".join(self._data))
-                self._data, self._size = [], 0
-        return events
+    def held(self) -> int:
+        """Bytes this reader holds between pieces (its bound is what the tests check)."""
+        return len(self._line) + self._size * (self._scan is None) + (len(self._scan.fields) if self._scan else 0)
+
+    def _stream(self, data: Any, sep: bool) -> None:
+        """Data of the current event, streamed: into its scanner (made from what was held, the first time);
+        ``sep``: a line break (JSON whitespace) before it, as SSE joins an event's data lines."""
+        if self._scan is None:
+            self._scan = _Scanner(self.key, self.on_audio)
+            for k, held in enumerate(self._data):
+                if k:
+                    self._scan.feed(b"\n")
+                self._scan.feed(held)
+            self._data = []
+        if sep:
+            self._scan.feed(b"\n")
+        if len(data):
+            self._scan.feed(data)
+
+    def _data_line(self, value: Any) -> None:
+        first = self._scan is None and not self._data
+        self._size += len(value) + 1
+        self._check(self._size, "an SSE event")
+        if self._scan is None and self._size <= HOLD_BYTES:
+            self._data.append(bytes(value))
+        else:
+            self._stream(value, not first)
+
+    def _end_event(self) -> Any:
+        event = self._scan.finish() if self._scan is not None else b"\n".join(self._data)
+        self._scan, self._data, self._size = None, [], 0
+        return event
+
+    def _line_done(self, line: Any) -> Any:
+        """A whole line (held); the event it ends, if any."""
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        if line[:5] == b"data:":
+            self._data_line(line[6:] if line[:6] == b"data: " else line[5:])
+        elif not len(line) and (self._data or self._scan is not None):  # comments, other fields: ignored
+            return self._end_event()
+        return None
+
+    def _long_line(self, data: Any) -> None:
+        """More of a line too long to hold."""
+        self._long_size += len(data)
+        if self._long == "skip":
+            self._check(self._long_size, "an SSE line")
+            return
+        self._size += len(data)
+        self._check(self._size, "an SSE event")
+        self._stream(data, False)
+
+    def _start_long(self, head: memoryview) -> None:
+        """A line passed HOLD_BYTES without its newline: from now on it is read as it arrives."""
+        self._long_size = 0
+        if head[:5] != b"data:":
+            self._long = "skip"
+            self._long_line(head)
+            return
+        self._long = "data"
+        if self._scan is not None or self._data:
+            self._size += 1
+            self._stream(b"", True)
+        self._long_line(head[6:] if head[:6] == b"data: " else head[5:])
+
+    def feed(self, piece: bytes) -> Iterator[Any]:
+        """The events that ``piece`` completes, as they are found (a caller that stops reads no further):
+        bytes (held whole) or Streamed."""
+        view = memoryview(piece)
+        pos, n = 0, len(piece)
+        while pos < n:
+            nl = piece.find(b"\n", pos)
+            end = n if nl < 0 else nl
+            if self._long is not None:
+                if end > pos:
+                    self._long_line(view[pos:end])
+                if nl < 0:
+                    return
+                self._long = None  # the line ended; its event goes on to its blank line
+                pos = nl + 1
+                continue
+            if nl < 0:
+                if len(self._line) + n - pos <= max(HOLD_BYTES, 6):  # 6: the line's field is known
+                    self._line += view[pos:]
+                    self._check(len(self._line), "an SSE line")
+                else:
+                    head, self._line = self._line + view[pos:], bytearray()
+                    self._start_long(memoryview(head))
+                return
+            if self._line:
+                self._line += view[pos:nl]
+                line, self._line = self._line, bytearray()
+            else:
+                line = view[pos:nl]
+            event = self._line_done(line)
+            pos = nl + 1
+            if event is not None:
+                yield event
 
 
 class Seen:
@@ -117,6 +348,19 @@ class Seen:
         self.head = b""
         self.events = 0
         self.foreign: dict[str, int] = {}
+        self.status: int | None = None  # the response's status, once its head was read
+        self.content_type = ""
+
+    def head_read(self, status: int, content_type: str) -> None:
+        self.status, self.content_type = status, content_type
+
+    def then(self, reason: str) -> str:
+        """A failure's reason, led by what was already known of the response: its status and Content-Type
+        (``HTTP 503 application/json, then read stalled: ...``) unless it was a 200 whose body had begun."""
+        if self.status is None or (self.status == 200 and self.head):
+            return reason
+        ctype = f" {self.content_type[:60]}" if self.content_type else ""
+        return f"HTTP {self.status}{ctype}, then {reason}"
 
     def body(self, piece: bytes) -> None:
         if len(self.head) < self._HEAD:
@@ -187,18 +431,34 @@ class Stream:
     now: Callable[[], float]
     room: Callable[[], Awaitable[None]]  # waits while the evidence writer is behind (backpressure)
 
-    def audio(self, chunk: bytes, t: float, rate: int) -> None:
-        """One audio arrival of ``chunk`` at ``t``, within the audio and arrival bounds."""
+    def audio(self, chunk: bytes | int, t: float, rate: int) -> None:
+        """One audio arrival of ``chunk`` at ``t``, within the audio and arrival bounds (an int: that many
+        bytes already handed to the sink as they arrived, see ``streamed``)."""
+        n = chunk if isinstance(chunk, int) else len(chunk)
         cap = self.limits.at(rate)[0]
-        if self.pcm.size + len(chunk) > cap:
+        if self.pcm.size + (0 if isinstance(chunk, int) else n) > cap:
             raise Fail(f"response audio passed max_audio_s={self.limits.max_audio_s:g} ({cap} bytes at {rate} Hz)")
         if len(self.record["chunks"]) >= self.limits.events:
             raise Fail(f"response passed {self.limits.events} audio chunks "
                        f"(max_audio_s={self.limits.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
-        self.pcm.add(chunk)
-        self.record["chunks"].add(t, len(chunk))
+        if not isinstance(chunk, int):
+            self.pcm.add(chunk)
+        self.record["chunks"].add(t, n)
         if self.record["first_audio_t"] is None and self.pcm.size >= 2:  # a whole int16 sample has arrived
             self.record["first_audio_t"] = t
+
+    def streamed(self, events: "Events", rate: Callable[[], int | None]) -> Callable[[bytes], None]:
+        """``on_audio`` of an Events: the audio of an event too large to hold, into the sink as it is decoded
+        (the arrival is recorded when the event ends), within the audio bound at ``rate()``."""
+        def add(chunk: bytes) -> None:
+            if events.done is not None:
+                return  # after the done event: drained, not audio
+            cap = self.limits.at(rate())[0]
+            if self.pcm.size + len(chunk) > cap:
+                raise Fail(f"response audio passed max_audio_s={self.limits.max_audio_s:g} "
+                           f"({cap} bytes at {rate() or _DEFAULT_RATE} Hz)")
+            self.pcm.add(chunk)
+        return add
 
     def whole_samples(self, what: str) -> None:
         if self.pcm.size % 2:
@@ -251,40 +511,53 @@ def _parse(raw: bytes) -> dict:
     return event
 
 
-def _own_audio(s: Stream, event: dict, t: float) -> None:
-    try:
-        chunk = base64.b64decode(event["pcm"], validate=True)
-    except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
-        raise Fail(f"malformed audio event {short(event.get('index'))}: 'pcm' is not base64") from None
+def _own_audio(s: Stream, event: dict, t: float, streamed: int | None = None) -> None:
+    """An audio event; ``streamed``: its PCM (that many bytes) already went to the sink as it arrived."""
+    if streamed is not None:
+        chunk: bytes | None = None
+    else:
+        try:
+            chunk = base64.b64decode(event["pcm"], validate=True)
+        except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
+            raise Fail(f"malformed audio event {short(event.get('index'))}: 'pcm' is not base64") from None
     rate = event.get("sample_rate")
     if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE:
         raise Fail(f"malformed audio event {short(event.get('index'))}: sample_rate {short(rate)}")
     record = s.record
     if record["sample_rate"] not in (None, rate):
         raise Fail(f"sample_rate changed mid-stream: {record['sample_rate']} -> {rate}")
-    if len(chunk) % 2:
-        raise Fail(f"audio event {short(event.get('index'))}: {len(chunk)} bytes is not whole int16 samples")
+    n = streamed if chunk is None else len(chunk)
+    if n % 2:
+        raise Fail(f"audio event {short(event.get('index'))}: {n} bytes is not whole int16 samples")
     cap = s.limits.at(rate)[0]
-    if s.pcm.size + len(chunk) > cap:
+    if s.pcm.size + (0 if chunk is None else n) > cap:
         raise Fail(f"response audio passed max_audio_s={s.limits.max_audio_s:g} ({cap} bytes at {rate} Hz)")
     record["sample_rate"] = rate
-    s.pcm.add(chunk)
-    record["chunks"].add(t, len(chunk))
-    if chunk and record["first_audio_t"] is None:
+    if chunk is not None:
+        s.pcm.add(chunk)
+    record["chunks"].add(t, n)
+    if n and record["first_audio_t"] is None:
         record["first_audio_t"] = t
 
 
 async def read_own_sse(s: Stream) -> None:
     """This project's SSE: audio events (base64 PCM, their rate), then the done event (samples, hash)."""
-    events = Events(s.limits)
+    events = Events(s.limits, "pcm")
+    events.on_audio = s.streamed(events, lambda: s.record["sample_rate"])
     s.body.max_chunk_bytes = s.limits.at(None)[2]
     record, done = s.record, None
     async for t, raw in s.events(events):
-        event = _parse(raw)
+        streamed = None
+        if isinstance(raw, Streamed):
+            event, streamed = raw.event, raw.audio_bytes
+            if event.get("type") != "audio" and streamed:
+                raise Fail(f"an SSE event of type {event_name(event)} carried {streamed} bytes in its 'pcm'")
+        else:
+            event = _parse(raw)
         kind = event.get("type")
         if kind == "audio":
             rate = record["sample_rate"]
-            _own_audio(s, event, t)
+            _own_audio(s, event, t, streamed)
             if rate is None:  # the stream named its rate: the bounds follow it
                 events.rate = record["sample_rate"]
                 _, events.limit, s.body.max_chunk_bytes = s.limits.at(events.rate)
@@ -305,13 +578,20 @@ async def read_own_sse(s: Stream) -> None:
 
 async def read_openai_sse(s: Stream) -> None:
     """OpenAI's speech SSE: speech.audio.delta (base64 PCM) events, then speech.audio.done."""
-    events = Events(s.limits)
+    events = Events(s.limits, "audio")
     rate = events.rate = s.sample_rate
+    events.on_audio = s.streamed(events, lambda: rate)
     _, events.limit, s.body.max_chunk_bytes = s.limits.at(rate)
     record, done = s.record, None
     async for t, raw in s.events(events):
         try:
-            kind, value = oa.parse_event(raw)
+            if isinstance(raw, Streamed):
+                kind, value = oa.classify(raw.event, raw.audio_bytes)
+                if kind != "delta" and raw.audio_bytes:
+                    raise Fail(f"an SSE event of type {event_name(raw.event)} carried {raw.audio_bytes} bytes "
+                               f"in its 'audio'")
+            else:
+                kind, value = oa.parse_event(raw)
         except ValueError as exc:
             raise Fail(str(exc)) from None
         if kind == "delta":
@@ -330,7 +610,7 @@ async def read_openai_sse(s: Stream) -> None:
         elif kind == "error":
             raise Fail(f"server error event: {value}")
         else:
-            s.seen.other(event_name(json.loads(raw)))  # parse_event read it as a JSON object
+            s.seen.other(event_name(raw.event if isinstance(raw, Streamed) else json.loads(raw)))
     if done is None:
         s.no_done(oa.DONE)
     record["sample_rate"] = rate
@@ -350,6 +630,7 @@ async def read_raw_pcm(s: Stream) -> None:
     async for piece in s.body.pieces():
         t = s.now()
         if piece:
+            s.seen.body(piece)
             s.audio(piece, t, rate)
             await s.room()
     s.record["done_t"] = s.now()
@@ -363,6 +644,7 @@ async def read_wav(s: Stream) -> None:
     s.body.max_chunk_bytes = s.limits.at(oa.MAX_RATE)[2]
     cap = None
     async for piece in s.body.pieces():
+        s.seen.body(piece)
         try:
             data = reader.feed(piece)
         except ValueError as exc:
