@@ -36,6 +36,7 @@ def one_thread():
 SERIAL_MODULES = {
     "test_fuzz_datasets", "test_runner_rounds", "test_service_arrivals", "test_service_bounds",
     "test_service_client", "test_service_faults", "test_service_openai", "test_service_openai_faults",
+    "test_service_hostile",  # hostile servers against 1-3 s timeouts and 20-40 s run bounds
     "test_measure_memory",  # the 1 ms RSS sampler must get a CPU within a 20 ms allocation window
 }
 
