@@ -135,10 +135,59 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
         details["rounds_s"] = [r for e in entries for r in ((e.get("details") or {}).get("rounds_s") or ())]
         details["rounds"] = len(details["rounds_s"])
 
+    def fold_waits(metrics: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        """Every round's run-queue wait beside its round, or none at all (measure/runqueue.py)."""
+        details = (metrics.get("runtime_s") or {}).get("details")
+        if not isinstance(details, dict) or "waited_s" not in details:
+            return
+        waits = [((p.get("runtime_s") or {}).get("details") or {}).get("waited_s") for p in parts]
+        if all(isinstance(w, list) for w in waits):
+            details["waited_s"] = [x for w in waits for x in w]
+        if len(details.get("waited_s") or ()) != len(details.get("rounds_s") or ()):
+            details.pop("waited_s")
+
     fold(s2st.get("metrics", {}), [s.get("metrics", {}) for s in sides])
+    fold_waits(s2st.get("metrics", {}), [s.get("metrics", {}) for s in sides])
     for i, stage in enumerate(s2st.get("stages", [])):
-        fold(stage.get("metrics", {}), [((s.get("stages") or [])[i:i + 1] or [{}])[0].get("metrics", {}) for s in sides])
+        parts = [((s.get("stages") or [])[i:i + 1] or [{}])[0].get("metrics", {}) for s in sides]
+        fold(stage.get("metrics", {}), parts)
+        fold_waits(stage.get("metrics", {}), parts)
     return folded
+
+
+VERDICT_ORDER = ("FAIL", "ERROR", "INCONCLUSIVE", "PASS", "")
+
+
+def fold_worker_payloads(payloads: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """--s2st-processes: every xdist worker ran every benchmark (--dist each). Their exports (plugin_xdist) become
+    one: each benchmark's rows folded as repeat runs (fold_repeats; pytest-benchmark's own stats keep every run's
+    rounds), each measurement likewise with the worst verdict of its runs; service levels and INCONCLUSIVEs
+    are kept as they came."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for payload in payloads:
+        for row in payload.get("benchmarks", []):
+            rows.setdefault(row["fullname"], []).append(row)
+    benchmarks = []
+    for group in rows.values():
+        folded = fold_repeats(group)
+        stats = folded.setdefault("stats", {})
+        stats["data"] = [d for row in group for d in ((row.get("stats") or {}).get("data") or ())]
+        benchmarks.append(folded)
+    results: dict[str, list[list[Any]]] = {}
+    for payload in payloads:
+        for name, nodeid, measurement, verdict in payload["session"].get("results", []):
+            results.setdefault(nodeid, []).append([name, nodeid, measurement, verdict])
+    merged = []
+    for group in results.values():
+        measurement = fold_repeats([{"extra_info": {"s2st": m}} for _, _, m, _ in group])["extra_info"]["s2st"]
+        verdict = min((v for *_, v in group), key=lambda v: VERDICT_ORDER.index(v) if v in VERDICT_ORDER else 0)
+        merged.append([group[0][0], group[0][1], measurement, verdict])
+    first = payloads[0]["session"] if payloads else {}
+    return {"benchmarks": benchmarks,
+            "session": {"results": merged,
+                        "service": [s for p in payloads for s in p["session"].get("service", [])],
+                        "inconclusive": [i for p in payloads for i in p["session"].get("inconclusive", [])],
+                        "evidence_root": first.get("evidence_root")}}
 
 
 def merge_saved_runs(paths: Sequence[str | Path], repeats: bool = False) -> dict[str, Any]:

@@ -63,6 +63,30 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         parser.addini(setting.ini, setting.ini_help, default=None)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """--s2st-processes N: N xdist workers that each run every test (--dist each); xdist's own cmdline_main, after
+    this one, turns numprocesses into its workers. The controller folds their rows into one side (plugin_xdist)."""
+    from .settings import BY_NAME
+
+    flag = config.getoption(BY_NAME["processes"].dest, None)
+    ini = config.getini(BY_NAME["processes"].ini) if flag is None else None
+    try:
+        n = flag if flag is not None else (BY_NAME["processes"].parse(ini) if ini not in (None, "") else None)
+    except ValueError as exc:
+        raise pytest.UsageError(f"ini {BY_NAME['processes'].ini}: {exc}") from None
+    if n is None or hasattr(config, "workerinput"):
+        return
+    where = "--s2st-processes" if flag is not None else f"ini {BY_NAME['processes'].ini}"
+    if n < 2:
+        raise pytest.UsageError(f"{where} {n}: needs 2 or more processes (one is a plain run; 3 give a verdict)")
+    if not config.pluginmanager.hasplugin("xdist"):
+        raise pytest.UsageError(f"{where} {n}: runs its processes as pytest-xdist workers; install pytest-xdist")
+    if config.option.numprocesses or config.option.dist not in ("no", "each"):
+        raise pytest.UsageError(f"{where} {n}: sets the xdist workers itself (-n {n} --dist each); drop -n/--dist")
+    config.option.numprocesses, config.option.dist = n, "each"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, help_text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {help_text}")  # pytest reads the name before "("
@@ -362,9 +386,10 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             return timer_name(timer)
 
         try:
-            measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
-                             drive_timing=drive, measurement=measurement, baseline=baseline,
-                             progress=_progress_writer(request.config, measurement.case_id))
+            with state.timing_turn():  # --s2st-processes: one worker's benchmark at a time
+                measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
+                                 drive_timing=drive, measurement=measurement, baseline=baseline,
+                                 progress=_progress_writer(request.config, measurement.case_id))
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
             fail(exc)
         if case is not None:

@@ -9,6 +9,7 @@ extra table, one service table, one set of verdicts, and saves one pytest-benchm
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from typing import Any
@@ -73,9 +74,15 @@ class XdistGlue:
         self.config = config
         self.worker = hasattr(config, "workerinput")
         self._collected: list[tuple[pytest.Item, str]] = []
+        # --s2st-processes: every worker runs every test (--dist each); their payloads fold into one side at the end
+        self.repeats = not self.worker and config.getvalue("dist") == "each" and bool(session_of(config).option("processes"))
+        self._payloads: list[dict[str, Any]] = []
+        self._turn: str | None = None
         if not self.worker:  # the workers xdist starts (-n N); a crashed worker's replacement is not another
             session_of(config).workers = len(getattr(config.option, "tx", None) or [])
             self._check_level_parts()
+        if self.repeats:
+            config.pluginmanager.register(_FoldRepeats(self), "s2st-xdist-repeats")
 
     def _check_level_parts(self) -> None:
         """--s2st-level-parts N runs the N parts of a level at once: N workers at least, load scheduling."""
@@ -101,6 +108,15 @@ class XdistGlue:
     def pytest_configure_node(self, node: Any) -> None:
         """One evidence root for the session, named here and handed to every worker."""
         node.workerinput["s2st_evidence_root"] = session_of(self.config).plan_evidence_root()
+        if self.repeats:  # the lock file the workers take turns on (session.timing_turn)
+            if self._turn is None:
+                import tempfile
+
+                handle, self._turn = tempfile.mkstemp(prefix="s2st-turn-")
+                import os
+
+                os.close(handle)
+            node.workerinput["s2st_turn"] = self._turn
 
     @pytest.hookimpl(optionalhook=True, tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -117,6 +133,9 @@ class XdistGlue:
         if payload is None:
             return
         data = json.loads(payload)
+        if self.repeats:
+            self._payloads.append(data)
+            return
         session_of(self.config).absorb(data["session"])
         absorb_benchmarks(self.config, data["benchmarks"])
 
@@ -140,3 +159,28 @@ class XdistGlue:
         payload = {"session": state.export(), "benchmarks": export_benchmarks(self.config, state.original_nodeid)}
         # xdist's workerfinished event carries it after this hook (execnet: plain types, so one JSON string)
         self.config.workeroutput[PAYLOAD] = json.dumps(payload, default=str)
+
+
+class _FoldRepeats:
+    """--s2st-processes, on the controller: before pytest-benchmark saves (its sessionfinish wrapper runs inside
+    this one) and before the s2st compare, the workers' runs of each benchmark become one row of N runs."""
+
+    def __init__(self, glue: XdistGlue):
+        self.glue = glue
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session):
+        glue = self.glue
+        if glue._payloads:
+            from .distribute import fold_worker_payloads
+
+            folded = fold_worker_payloads(glue._payloads)
+            session_of(glue.config).absorb(folded["session"])
+            absorb_benchmarks(glue.config, folded["benchmarks"])
+            glue._payloads = []
+        if glue._turn is not None:
+            import os
+
+            with contextlib.suppress(OSError):
+                os.unlink(glue._turn)
+        yield

@@ -6,6 +6,8 @@ import this module and never each other.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import secrets
 import tempfile
@@ -176,6 +178,25 @@ class S2STSession:
         if baseline is not None:
             self.service_results.append((f"{item.name} (baseline {baseline['case']})", baseline))
         self.service_results.append((name or item.name, data))
+
+    @contextlib.contextmanager
+    def timing_turn(self):
+        """Under --s2st-processes, the workers take turns: an exclusive lock on the file the controller named
+        (workerinput s2st_turn), so one benchmark is measured at a time and no worker's timing shares the CPUs
+        with another's."""
+        workerinput = getattr(self.config, "workerinput", None) or {}
+        path = workerinput.get("s2st_turn")
+        if not path:
+            yield
+            return
+        import fcntl
+
+        with open(path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def plan_evidence_root(self) -> str:
         """The xdist controller names the session's evidence root once and hands it to every worker
@@ -387,7 +408,7 @@ class S2STSession:
 
         cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
         on_cpu = sum(1 for _, _, m, _ in self.records() if (m.get("device") or {}).get("name") == "cpu")
-        if self.workers <= cores or not on_cpu:
+        if self.workers <= cores or not on_cpu or self.option("processes"):  # --s2st-processes: they take turns
             return None
         return (f"{self.workers} xdist workers on {cores} physical core(s) timed {on_cpu} cpu benchmark(s): "
                 f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")

@@ -45,6 +45,7 @@ def positive_float(value: Any) -> float:
     return out
 
 
+MAX_PROCESSES = 64     # --s2st-processes: fresh processes per side (each one a pytest worker)
 MAX_ROUNDS = 100_000  # timed rounds one benchmark may ask for: each is kept (rounds_s) in the saved JSON
 MAX_SECONDS = 7 * 86400.0  # any duration option: a week (1e308 is well-formed but no bound at all)
 MAX_AUDIO_S = 86400.0  # audio one service response may carry (a day): the byte bounds derive from it
@@ -287,6 +288,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
     Setting("compare_fail", compare_limits, None, "fail when a metric regresses past a limit: an in-process A/B (s2st_benchmark(..., baseline=)) fails its test, a row compared with --benchmark-compare fails the session; e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
+    Setting("processes", bounded_int(MAX_PROCESSES), None, "time every benchmark in N fresh processes (xdist workers, --dist each, one benchmark timed at a time) and save or compare them as one side of N runs, as s2st-merge --repeats folds them: N >= 3 gives a between-run verdict (default: one process)", per_case=False, metavar="N"),
     # service benchmarks (s2st_service / s2st_load)
     Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
     Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server (default: the reference server)", per_case=False, metavar="URL"),
