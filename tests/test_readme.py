@@ -55,7 +55,7 @@ def _fake_venv(repo: Path) -> None:
     bin_dir.mkdir(parents=True)
     env = f'export PYTHONPATH="{repo}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
     scripts = {"python": "", "python3": "", "pytest": "-m pytest", "pytest-benchmark": "-m pytest_benchmark.cli"}
-    scripts.update({f"s2st-{name}": f"-m pytest_s2st.cli.{name}" for name in ("serve", "stage", "dataset", "assess", "merge")})
+    scripts.update({f"s2st-{name}": f"-m pytest_s2st.cli.{name}" for name in ("serve", "stage", "dataset", "assess", "merge", "compare")})
     for name, module in scripts.items():
         path = bin_dir / name
         path.write_text(f'#!/bin/sh\n{env}exec "{sys.executable}" {module} "$@"\n')
