@@ -521,6 +521,9 @@ class PairedRounds:
         self.finish()
 
     def change(self):
+        """The paired change on the rounds' wall times. (Taking each round's run-queue wait out, as the one-run gross
+        rule does, was measured worse here: a wait read between rounds also holds the runner's bookkeeping around
+        the round, and subtracting it biased +10 % work to x1.05 beside a CPU hog.)"""
         from .significance import compare_pairs
 
         n = min(len(self.candidate.round_totals), len(self.baseline.round_totals))

@@ -43,19 +43,21 @@ def test_the_paired_ratio_is_the_median_and_one_outlier_pair_moves_nothing():
 
 
 def test_one_run_per_side_gross_changes_get_a_word_drift_does_not():
-    # own round times (run-queue wait taken out): x2 of means and medians
+    # own round times (run-queue wait taken out): GROSS of means and medians
     own = dict(old_rounds=[1.0] * 5, new_rounds=[GROSS] * 5, own=True)
     assert compare_runs([1.0], [GROSS], **own).word == SLOWER and compare_runs([1.0], [GROSS], **own).gross
     assert compare_runs([1.0], [1 / GROSS], old_rounds=[1.0] * 5, new_rounds=[1 / GROSS] * 5, own=True).word == FASTER
-    assert compare_runs([1.0], [1.9], old_rounds=[1.0] * 5, new_rounds=[1.9] * 5, own=True).word == CANNOT_TELL
+    assert compare_runs([1.0], [1.5], old_rounds=[1.0] * 5, new_rounds=[1.5] * 5, own=True).word == CANNOT_TELL
+    # the mean is past GROSS but the median is not (one slow round): no word
+    assert compare_runs([1.0], [1.8], old_rounds=[1.0] * 5, new_rounds=[1.0] * 4 + [5.0], own=True).word == CANNOT_TELL
     # the old side waited half of every round for a CPU: the raw means are equal, the own times x2 apart
     hidden = compare_runs([2.0], [2.0], old_rounds=[1.0] * 5, new_rounds=[2.0] * 5, own=True)
     assert hidden.word == SLOWER and hidden.short() == "x1.000, slower (gross, own x2.000, 1/1 runs)"
     # a neighbour made every round of the new side x3 (no run-queue readings): raw needs GROSS_RAW
     assert compare_runs([1.0], [3.0], [1.0] * 5, [3.0] * 5).word == CANNOT_TELL
     assert compare_runs([1.0], [GROSS_RAW], [1.0] * 5, [GROSS_RAW] * 5).word == SLOWER
-    # one stalled round inflates the new mean x4.6; the rounds' median did not move: no word
-    assert compare_runs([1.0], [4.6], [1.0] * 5, [1.0] * 4 + [19.0]).word == CANNOT_TELL
+    # one stalled round inflates the new mean x5.6; the rounds' median did not move: no word
+    assert compare_runs([1.0], [5.6], [1.0] * 5, [1.0] * 4 + [24.0]).word == CANNOT_TELL
     assert compare_runs([1.0], [22.0], [1.0] * 5, [22.0] * 5).short() == "x22.000, slower (gross, 1/1 runs)"
 
 
