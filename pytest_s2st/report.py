@@ -228,6 +228,24 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
+def malformed_s2st(saved: Any) -> str | None:
+    """Why a saved benchmark entry's ``extra_info.s2st`` cannot be read (it is there but not an object), or
+    None. Such an entry would otherwise read as a benchmark with no counterpart."""
+    if not isinstance(saved, Mapping) or "extra_info" not in saved:
+        return None
+    extra = saved["extra_info"]
+    if not isinstance(extra, Mapping):
+        return f"extra_info is a JSON {_json_type(extra)}, not an object"
+    if "s2st" in extra and not isinstance(extra["s2st"], Mapping):
+        return f"extra_info.s2st is a JSON {_json_type(extra['s2st'])}, not an object"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -327,9 +345,13 @@ def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) ->
     return [row.fullname for row in rows if not row.name.startswith(" ") and saved_counterpart(row, compared) is None]
 
 
-def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:
-    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked)."""
-    out = [f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
+def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
+                faults: Mapping[str, str] | None = None) -> list[str]:
+    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked).
+    ``faults``: {fullname: why its saved entry was unreadable}, said instead of "no counterpart"."""
+    faults = faults or {}
+    out = [f"{name}: {faults[name]}, so no limit was checked" if name in faults else
+           f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
     for row in rows:
         old = saved_counterpart(row, compared)
         if old is None:

@@ -85,6 +85,11 @@ class S2STSession:
                                 "give one of them")
             if name == "min_rounds" and value < 1:
                 raise S2STError(f"{flags[name]}: must be an integer > 0 for s2st benchmarks, got {value}")
+            if name == "max_time":  # pytest-benchmark takes -1 silently; an s2st benchmark would add no round
+                try:
+                    value = BY_NAME[name].parse(value)
+                except ValueError as exc:
+                    raise S2STError(f"{flags[name]}: {exc}") from None
             self.explicit[name] = value
 
     def source(self, name: str) -> str:
@@ -267,11 +272,15 @@ class S2STSession:
     def compared(self) -> dict[str, Any]:
         """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
         from .benchmark_compat import compared_mapping
-        from .report import compared_rows
+        from .report import compared_rows, malformed_s2st
 
         out: dict[str, Any] = {}
-        for mapping in compared_mapping(self.config).values():
-            for saved in mapping.values():
+        self.compare_faults: dict[str, str] = {}  # {fullname: the saved entry's fault, naming file and key}
+        for path, mapping in compared_mapping(self.config).items():
+            for fullname, saved in mapping.items():
+                why = malformed_s2st(saved)
+                if why:
+                    self.compare_faults[str(fullname)] = f"{path}: {why}"
                 out.update(compared_rows(saved))
         return out
 
@@ -281,7 +290,8 @@ class S2STSession:
             return []
         from .report import regressions
 
-        return regressions(self.rows(), self.compared(), limits)
+        compared = self.compared()
+        return regressions(self.rows(), compared, limits, self.compare_faults)
 
     def finish(self, session: pytest.Session) -> None:
         """Plots, regressions and the exit status (pytest_sessionfinish)."""
@@ -359,8 +369,9 @@ class S2STSession:
             if missing:
                 tr.write_line(f"s2st: {len(missing)} of {len(self.records())} benchmark(s) have no counterpart in "
                               f"the compared run (nothing to compare them with):")
+                faults = getattr(self, "compare_faults", {})
                 for name in missing:
-                    tr.write_line(f"    {name}")
+                    tr.write_line(f"    {name}" + (f" ({faults[name]})" if name in faults else ""))
 
     def contention_warning(self) -> str | None:
         """More xdist workers than physical cores while timing on the cpu: runtimes measure contention."""
