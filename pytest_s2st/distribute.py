@@ -112,8 +112,6 @@ def load_saved_run(path: str | Path) -> dict[str, Any]:
 
 def _malformed_row(bench: Mapping[str, Any]) -> str | None:
     """Why a row's extra_info.s2st cannot be merged (a part that is not of its JSON type), or None."""
-    from .report import malformed_s2st
-
     why = malformed_s2st(bench)
     s2st = (bench.get("extra_info") or {}).get("s2st") if not why else None
     if why or not s2st:
@@ -125,6 +123,24 @@ def _malformed_row(bench: Mapping[str, Any]) -> str | None:
                                                for st in stages):
         return "extra_info.s2st.stages is not a list of objects with metrics objects"
     return None
+
+
+def malformed_s2st(saved: Any) -> str | None:
+    """Why a saved benchmark entry's ``extra_info.s2st`` cannot be read (it is there but not an object), or
+    None. Such an entry would otherwise read as a benchmark with no counterpart."""
+    if not isinstance(saved, Mapping) or "extra_info" not in saved:
+        return None
+    extra = saved["extra_info"]
+    if not isinstance(extra, Mapping):
+        return f"extra_info is a JSON {_json_type(extra)}, not an object"
+    if "s2st" in extra and not isinstance(extra["s2st"], Mapping):
+        return f"extra_info.s2st is a JSON {_json_type(extra['s2st'])}, not an object"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
 
 
 def _cpu_name(cpu: Any) -> str | None:

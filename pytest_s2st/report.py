@@ -228,24 +228,6 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def malformed_s2st(saved: Any) -> str | None:
-    """Why a saved benchmark entry's ``extra_info.s2st`` cannot be read (it is there but not an object), or
-    None. Such an entry would otherwise read as a benchmark with no counterpart."""
-    if not isinstance(saved, Mapping) or "extra_info" not in saved:
-        return None
-    extra = saved["extra_info"]
-    if not isinstance(extra, Mapping):
-        return f"extra_info is a JSON {_json_type(extra)}, not an object"
-    if "s2st" in extra and not isinstance(extra["s2st"], Mapping):
-        return f"extra_info.s2st is a JSON {_json_type(extra['s2st'])}, not an object"
-    return None
-
-
-def _json_type(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number")
-
-
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 

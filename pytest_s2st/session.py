@@ -272,7 +272,8 @@ class S2STSession:
     def compared(self) -> dict[str, Any]:
         """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
         from .benchmark_compat import compared_mapping
-        from .report import compared_rows, malformed_s2st
+        from .distribute import malformed_s2st
+        from .report import compared_rows
 
         out: dict[str, Any] = {}
         self.compare_faults: dict[str, str] = {}  # {fullname: the saved entry's fault, naming file and key}
