@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
@@ -103,11 +104,61 @@ def load_saved_run(path: str | Path) -> dict[str, Any]:
         if not isinstance(bench, dict) or not isinstance(bench.get("fullname"), str) \
                 or not isinstance(bench.get("stats"), dict):
             raise S2STError(f"{path}: benchmarks[{i}] has no fullname/stats (not a pytest-benchmark row)")
+        why = _malformed_row(bench)
+        if why:
+            raise S2STError(f"{path}: benchmarks[{i}] ({bench['fullname'][:120]}): {why}")
     return data
+
+
+def _malformed_row(bench: Mapping[str, Any]) -> str | None:
+    """Why a row's extra_info.s2st cannot be merged (a part that is not of its JSON type), or None."""
+    why = malformed_s2st(bench)
+    s2st = (bench.get("extra_info") or {}).get("s2st") if not why else None
+    if why or not s2st:
+        return why
+    if "metrics" in s2st and not isinstance(s2st["metrics"], Mapping):
+        return "extra_info.s2st.metrics is not an object"
+    stages = s2st.get("stages", [])
+    if not isinstance(stages, list) or not all(isinstance(st, Mapping) and isinstance(st.get("metrics", {}), Mapping)
+                                               for st in stages):
+        return "extra_info.s2st.stages is not a list of objects with metrics objects"
+    return None
+
+
+def malformed_s2st(saved: Any) -> str | None:
+    """Why a saved benchmark entry's ``extra_info.s2st`` cannot be read (it is there but not an object), or
+    None. Such an entry would otherwise read as a benchmark with no counterpart."""
+    if not isinstance(saved, Mapping) or "extra_info" not in saved:
+        return None
+    extra = saved["extra_info"]
+    if not isinstance(extra, Mapping):
+        return f"extra_info is a JSON {_json_type(extra)}, not an object"
+    if "s2st" in extra and not isinstance(extra["s2st"], Mapping):
+        return f"extra_info.s2st is a JSON {_json_type(extra['s2st'])}, not an object"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number")
+
+
+def _cpu_name(cpu: Any) -> str | None:
+    """machine_info["cpu"]: pytest-benchmark's py-cpuinfo object, or (hand-written, another tool) a plain name."""
+    if isinstance(cpu, Mapping):
+        name = cpu.get("brand_raw")
+        return name if isinstance(name, str) else None
+    return cpu if isinstance(cpu, str) else None
 
 
 def _differing(a: Mapping[str, Any], b: Mapping[str, Any], keys: Iterable[str]) -> list[str]:
     return [f"{k} {a.get(k)!r} != {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _rounds(entry: Mapping[str, Any]) -> list:
+    details = entry.get("details")
+    rounds = details.get("rounds_s") if isinstance(details, Mapping) else None
+    return list(rounds) if isinstance(rounds, list) else []
 
 
 def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -124,15 +175,18 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
     sides = [(b.get("extra_info") or {}).get("s2st") or {} for b in benches]
 
     def fold(metrics: dict[str, Any], parts: list[dict[str, Any]]) -> None:
-        entries = [p.get("runtime_s") or {} for p in parts]
+        entries = [p.get("runtime_s") if isinstance(p.get("runtime_s"), Mapping) else {} for p in parts]
         means = [e.get("value") for e in entries]
-        if "runtime_s" not in metrics or any(not isinstance(m, (int, float)) for m in means):
+        if not isinstance(metrics.get("runtime_s"), dict) or any(
+                isinstance(m, bool) or not isinstance(m, (int, float)) for m in means):
             return  # a run without a runtime: nothing to fold, the first run's row stands
         entry = metrics["runtime_s"]
-        entry["value"] = sum(means) / len(means)
-        details = entry.setdefault("details", {})
+        entry["value"] = math.fsum(m / len(means) for m in means)  # never overflows where the means do not
+        if not isinstance(entry.get("details"), dict):
+            entry["details"] = {}
+        details = entry["details"]
         details["runs_s"] = [float(m) for m in means]
-        details["rounds_s"] = [r for e in entries for r in ((e.get("details") or {}).get("rounds_s") or ())]
+        details["rounds_s"] = [r for e in entries for r in _rounds(e)]
         details["rounds"] = len(details["rounds_s"])
 
     def fold_waits(metrics: dict[str, Any], parts: list[dict[str, Any]]) -> None:
@@ -230,7 +284,7 @@ def merge_saved_runs(paths: Sequence[str | Path], repeats: bool = False) -> dict
             benchmarks.append(bench)
         shards.append({"file": path.name, "benchmarks": len(run["benchmarks"]), "datetime": run.get("datetime"),
                        "node": run["machine_info"].get("node"),
-                       "cpu": (run["machine_info"].get("cpu") or {}).get("brand_raw")})
+                       "cpu": _cpu_name(run["machine_info"].get("cpu"))})
     if repeats:
         by_name = [{b["fullname"]: b for b in run["benchmarks"]} for _, run in runs]
         benchmarks = [fold_repeats([r[b["fullname"]] for r in by_name]) for b in first["benchmarks"]]

@@ -129,10 +129,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (a number that is not finite is missing evidence)")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 is well-formed JSON that no float holds
+        raise ValueError(f"the number {text[:40]} overflows to infinity (a number that is not finite is missing "
+                         "evidence)")
+    return value
+
+
 def loads_finite(text: str | bytes) -> Any:
-    """json.loads that refuses NaN/Infinity (ValueError), as JSON does: a value from outside that later goes
-    into a record must be writable as JSON again."""
-    return json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses NaN/Infinity and numbers that overflow to them (1e400) (ValueError), as JSON
+    does: a value from outside that later goes into a record must be writable as JSON again."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def parse_json(text: str | bytes, where: str, what: str | None = None) -> Any:

@@ -359,6 +359,11 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         from .pipelines.callable import from_function, is_pipeline
 
         where = f"{request.node.nodeid}: s2st_benchmark(model, inputs)"
+        # --s2st-isolate re-creates in a child what the test benchmarks: the case's pipeline from the case,
+        # anything else (the test's own callable) from its pickle
+        own = case is None or "s2st_pipeline" not in request.fixturenames \
+            or pipeline is not request.getfixturevalue("s2st_pipeline")
+        benchmarked = pipeline
         try:
             if not is_pipeline(pipeline):
                 pipeline = from_function(pipeline, where)
@@ -368,6 +373,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         except S2STError as exc:
             fail(exc)
         settings, run_settings = _run_settings(request, case)
+        if own and run_settings.isolate:
+            run_settings.isolate_model = benchmarked
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)

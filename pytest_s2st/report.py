@@ -342,9 +342,13 @@ def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) ->
     return [row.fullname for row in rows if not row.name.startswith(" ") and saved_counterpart(row, compared) is None]
 
 
-def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit]) -> list[str]:
-    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked)."""
-    out = [f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
+def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
+                faults: Mapping[str, str] | None = None) -> list[str]:
+    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked).
+    ``faults``: {fullname: why its saved entry was unreadable}, said instead of "no counterpart"."""
+    faults = faults or {}
+    out = [f"{name}: {faults[name]}, so no limit was checked" if name in faults else
+           f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
     for row in rows:
         old = saved_counterpart(row, compared)
         if old is None:

@@ -62,6 +62,7 @@ class RunSettings:
     protocol: str = "warm"    # runtime protocol: a key of PROTOCOLS
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
+    isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
 
 
 @dataclass
@@ -240,6 +241,8 @@ class StageMeasurer:
             result.metrics["device_peak_mib"] = mib_summary([{"d": d} for d in device_peaks], "d")
         else:
             off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
+            if self.settings.isolate and self.settings.memory != "off":  # replaced by the fresh process's numbers
+                off = Metric.missing(self.settings.memory, "--s2st-isolate: the fresh process gave no memory numbers")
             result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
 
         # one dispatch pass counts the torch FLOPs and the live tensor bytes together (measure/tensor_memory.py)
@@ -561,7 +564,7 @@ def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Se
     measurement.info["memory_isolated"] = True
     results = isolated_memory(settings.case, inputs, method=settings.memory, warmup=settings.warmup,
                               threads=settings.threads, seed=settings.seed, stages=len(measurement.stages),
-                              device=settings.device.name)
+                              device=settings.device.name, model=settings.isolate_model)
     for result, metrics in zip(measurement.stages, results):
         result.metrics.update(metrics)
 

@@ -88,6 +88,11 @@ class S2STSession:
                                 "give one of them")
             if name == "min_rounds" and value < 1:
                 raise S2STError(f"{flags[name]}: must be an integer > 0 for s2st benchmarks, got {value}")
+            if name == "max_time":  # pytest-benchmark takes -1 silently; an s2st benchmark would add no round
+                try:
+                    value = BY_NAME[name].parse(value)
+                except ValueError as exc:
+                    raise S2STError(f"{flags[name]}: {exc}") from None
             self.explicit[name] = value
 
     def source(self, name: str) -> str:
@@ -290,11 +295,16 @@ class S2STSession:
     def compared(self) -> dict[str, Any]:
         """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
         from .benchmark_compat import compared_mapping
+        from .distribute import malformed_s2st
         from .report import compared_rows
 
         out: dict[str, Any] = {}
-        for mapping in compared_mapping(self.config).values():
-            for saved in mapping.values():
+        self.compare_faults: dict[str, str] = {}  # {fullname: the saved entry's fault, naming file and key}
+        for path, mapping in compared_mapping(self.config).items():
+            for fullname, saved in mapping.items():
+                why = malformed_s2st(saved)
+                if why:
+                    self.compare_faults[str(fullname)] = f"{path}: {why}"
                 out.update(compared_rows(saved))
         return out
 
@@ -305,7 +315,8 @@ class S2STSession:
         from .report import regressions
 
         if self.config.getoption("benchmark_compare", None):
-            return regressions(self.rows(), self.compared(), limits)
+            compared = self.compared()
+            return regressions(self.rows(), compared, limits, self.compare_faults)
         # no saved run: the limits judge in-process A/Bs (each test's own verdict); any other benchmark checked nothing
         return [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
                 f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"
@@ -399,8 +410,9 @@ class S2STSession:
             if missing:
                 tr.write_line(f"s2st: {len(missing)} of {len(self.records())} benchmark(s) have no counterpart in "
                               f"the compared run (nothing to compare them with):")
+                faults = getattr(self, "compare_faults", {})
                 for name in missing:
-                    tr.write_line(f"    {name}")
+                    tr.write_line(f"    {name}" + (f" ({faults[name]})" if name in faults else ""))
 
     def contention_warning(self) -> str | None:
         """More xdist workers than physical cores while timing on the cpu: runtimes measure contention."""

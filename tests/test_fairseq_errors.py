@@ -315,3 +315,36 @@ def test_fbank_hint_tells_a_broken_torchaudio_from_a_missing_one(monkeypatch):
     assert "installed but does not load" in hint and "_torchaudio.so" in hint and "\n" not in hint
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == "torchaudio" else real_find(name))
     assert "pip install torchaudio" in fs._fbank_backend_problem()
+
+
+def test_a_typo_in_a_generation_argument_is_refused_with_the_closest_name(work):
+    """`beem: 20` was merged into the namespace and ignored: the stage ran at fairseq's default beam. Now the
+    build stops before any model loads, naming the file, the line, the key and the closest fairseq name."""
+    config = work / "configs" / "S2T.yaml"
+    config.write_text(config.read_text().replace("  max_len_a: 2\n", "  max_len_a: 2\n  beem: 20\n", 1))
+    cfg = load_config(config, known_model_types=base.known_model_types())
+    with pytest.raises(S2STError) as info:
+        base.build_pipeline(cfg.model_type, cfg.stages, device="cpu", config_path=config, config_lines=cfg.lines)
+    line = cfg.lines["stage1.beem"]
+    assert str(info.value) == (f"{config}:{line} (stage1.beem): unknown key 'beem' for a fairseq s2t stage: no "
+                               "fairseq argument has that name; did you mean 'beam'?")
+
+
+def test_every_key_of_the_staged_and_upstream_configs_is_known(work):
+    """The check refuses no key that the configs this project ships or stages use (fairseq's and its own)."""
+    import yaml
+
+    from pytest_s2st.pipelines.fairseq import LAYOUTS, check_stage_keys
+
+    repo = Path(__file__).resolve().parents[1] / "configs"
+    checked = 0
+    for config in [*sorted((work / "configs").glob("*.yaml")), *sorted(repo.glob("*.yaml"))]:
+        data = yaml.safe_load(config.read_text())
+        layout = LAYOUTS.get(data["general"].get("model_type"))
+        if layout is None:  # Qwen3TTS, callable: no fairseq stages
+            continue
+        lines = {f"{name}.{key}": 1 for name, section in data.items() if name.startswith("stage") for key in section}
+        for i, role in enumerate(layout, 1):
+            check_stage_keys(i, role.rstrip("?"), config, lines)
+        checked += 1
+    assert checked >= 10

@@ -202,6 +202,26 @@ def test_fuzz_serve_case_source(scratch, bad):
     refused(serve.main, ["--port", "0", option, value], scratch, option, value)
 
 
+@pytest.mark.parametrize("option", ["--stream-left-context", "--stream-chunk-frames"])
+def test_serve_refuses_stream_options_the_demo_tone_would_ignore(scratch, option):
+    line = refused(serve.main, ["--demo-tone", "--port", "0", option, "3"], scratch, option)
+    assert "the demo tone does not stream, so it would be ignored" in line
+
+
+def test_serve_refuses_a_case_whose_number_overflows_in_one_line(scratch):
+    """A case JSON holding 1e400 (well-formed JSON, no float holds it): refused on reading, naming the file
+    and the number, before any Case or model is built (it was a traceback from int(inf))."""
+    from pytest_s2st.cases import load_case
+    from pytest_s2st.demo import DEMO_YAML
+
+    (scratch / "demo.yaml").write_text(DEMO_YAML.replace("dataset.npy", "r.npy"))
+    case = load_case(scratch / "demo.yaml", {}, lambda name: None).to_dict()
+    case["general"]["dataset_size"] = case["stages"][0]["dataset_size"] = 12345678
+    (scratch / "case.json").write_text(__import__("json").dumps(case).replace("12345678", "1e400"))
+    line = refused(serve.main, ["--port", "0", "--case", f"{S}/case.json"], scratch, f"{S}/case.json")
+    assert "the number 1e400 overflows to infinity" in line
+
+
 # --- s2st-stage ---------------------------------------------------------------------------------------------
 
 stage_values = st.one_of(

@@ -64,3 +64,54 @@ def test_isolated_peak_is_the_same_alone_first_and_last(pytester, cases):
     # in one process the same case reads the heavy case's pages: the test above could fail
     shared = light_peak(pytester, cases, ["heavy", "light"])
     assert shared["value"] > alone["value"] + 100, (shared["value"], alone["value"])
+
+
+OWN_TEST = '''
+import threading
+
+import numpy as np
+
+
+def allocate_200(x):  # module level: --s2st-isolate re-creates it in the child from its pickle
+    buf = np.ones(200 * 2**20 // 8)
+    return float(buf[1])
+
+
+def test_own(s2st_case, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(allocate_200, s2st_dataset)
+
+
+def test_closure(s2st_dataset, s2st_benchmark):
+    s2st_benchmark(lambda x: float(np.ones(4)[0]), s2st_dataset)
+
+
+def test_unpicklable_inputs(s2st_benchmark):
+    s2st_benchmark(allocate_200, [threading.Lock(), threading.Lock()])
+'''
+
+
+def _own_rows(pytester, cases):
+    pytester.makepyfile(test_own=OWN_TEST)
+    result = pytester.runpytest(*FAST, f"--s2st-config={cases['light']}", "--s2st-isolate", "test_own.py",
+                                "--benchmark-json=own.json")
+    saved = json.loads((pytester.path / "own.json").read_text())["benchmarks"]
+    return result, {b["name"].split("[")[0]: b["extra_info"]["s2st"]["metrics"]["peak_delta_mib"] for b in saved}
+
+
+def test_isolate_measures_the_callable_the_test_benchmarks(pytester, cases):
+    """Issue 29: a test benchmarking its own callable beside a config case had the child rebuild the config's
+    model (a 20 MiB light case here) and report that: a 200 MiB allocation read as the case's. Now the child
+    re-creates the benchmarked callable; one that cannot be pickled (a lambda), or inputs that cannot be
+    (locks), give a missing metric whose one-line reason says so, and none blames --s2st-memory=off."""
+    result, rows = _own_rows(pytester, cases)
+    assert 190 <= rows["test_own"]["value"] <= 260, rows["test_own"]
+    assert "isolate" in rows["test_own"]["details"]["isolated"]
+    closure, inputs = rows["test_closure"], rows["test_unpicklable_inputs"]
+    assert closure["value"] is None and closure["reason"].startswith(
+        "--s2st-isolate: the benchmarked callable 'test_closure.<locals>.<lambda>' (not the case's pipeline) "
+        "cannot be pickled for the fresh process")
+    assert inputs["value"] is None and inputs["reason"].startswith(
+        "--s2st-isolate: the inputs cannot be pickled for the fresh process (TypeError: cannot pickle")
+    text = result.stdout.str()
+    assert "Traceback" not in text and "--s2st-memory=off" not in text
+    assert all("\n" not in r["reason"] for r in (closure, inputs))

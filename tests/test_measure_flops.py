@@ -453,3 +453,19 @@ def test_npu_fusion_attention_layouts_count_like_sdpa():
     gqa_kv = torch.empty(b, s, 2 * d)  # 2 key/value heads under 4 query heads
     assert npu_fusion_attention(bsh, gqa_kv, gqa_kv, n, "BSH") == truth
     assert npu_fusion_attention(torch.empty(s, n, d), t, t, n, "TND") is None  # lengths elsewhere: uncounted
+
+
+def test_bilinear_is_counted_and_other_trilinear_calls_are_uncounted():
+    """nn.Bilinear reaches aten._trilinear, which torch's registry has no formula for: it counted 0 without a
+    note. Its F.bilinear pattern is counted as ATen computes it (x1·W_o, then a dot with x2, per output unit);
+    any other _trilinear call is listed uncounted (partial), never a silent 0."""
+    layer = torch.nn.Bilinear(5, 7, 3)
+    x1, x2 = torch.randn(4, 5), torch.randn(4, 7)
+    with torch.no_grad():
+        out, metric = count_flops("torch", layer, x1, x2)
+    assert torch.allclose(out, layer(x1, x2))
+    assert metric.value == 2 * 4 * 3 * 7 * (5 + 1) and not metric.details.get("partial"), metric.details
+    assert list(metric.details["by_op"]) == ["aten._trilinear"]
+    a = torch.randn(2, 3)
+    _, other = count_flops("torch", lambda t: torch._trilinear(t, t, t, [], [], [], [1]), a)
+    assert other.details["uncounted"] == {"aten._trilinear": 1} and other.details["partial"] is True

@@ -243,3 +243,26 @@ def test_a_models_one_line_refusal_is_one_line_not_a_traceback(pytester):
     assert_one_clear_line(result, "Griffin-Lim needs at least 4")
     text = result.stdout.str()
     assert "raise S2STError" not in text and "runner.py" not in text, text  # no frames, just the line
+
+
+@pytest.mark.parametrize("value, fragment", [("{file}", "is not a folder"),
+                                             ("{dir}\nsub", "holds a control character (a line break?)")])
+def test_a_cache_dir_that_is_no_folder_is_one_line(pytester, monkeypatch, value, fragment):
+    """No --s2st-config: the embedded demo is staged under $S2ST_CACHE_DIR. A regular file there, or a line
+    break pasted into the variable, is one line naming the variable (it was NotADirectoryError's traceback,
+    and the line break was blamed on the s2st_config ini)."""
+    (pytester.path / "file").write_text("x")
+    monkeypatch.setenv("S2ST_CACHE_DIR", value.format(file=pytester.path / "file", dir=pytester.path))
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest_subprocess(*FAST)
+    assert result.ret != 0
+    assert_one_clear_line(result, "$S2ST_CACHE_DIR", fragment)
+    text = result.stdout.str() + result.stderr.str()
+    assert "NotADirectoryError" not in text and "s2st_config (ini)" not in text
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_benchmark_max_time_that_is_no_duration_is_a_usage_error(pytester, value):
+    """pytest-benchmark takes --benchmark-max-time -1 silently; for an s2st benchmark it means its max_time."""
+    result = run_usage(pytester, "--benchmark-max-time", value)
+    assert_one_clear_line(result, "--benchmark-max-time", "must be a number > 0")

@@ -415,3 +415,23 @@ def test_compare_fail_on_a_metric_one_run_did_not_measure_fails_and_says_why(pyt
                               "--s2st-compare-fail=flops:1%")
     assert both.ret == 1
     both.stdout.fnmatch_lines(["*flops not measured in the compared and current run*"])
+
+
+@pytest.mark.parametrize("bad, said", [("x", "extra_info.s2st is a JSON string, not an object"),
+                                       ([], "extra_info.s2st is a JSON array, not an object")])
+def test_a_saved_row_whose_s2st_is_not_an_object_is_named_not_unmatched(pytester, bad, said):
+    """A hand-edited saved run whose extra_info.s2st is not an object: the compare names the file and the
+    key, instead of "no counterpart" (which sends the user looking for a renamed test)."""
+    a = write_case(pytester.path, "lin", ["build_linear"])
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    pytester.runpytest(*FAST, f"--s2st-config={a}", "--benchmark-autosave").assert_outcomes(passed=1)
+    (saved,) = pytester.path.glob(".benchmarks/*/*.json")
+    data = json.loads(saved.read_text())
+    data["benchmarks"][0]["extra_info"]["s2st"] = bad
+    saved.write_text(json.dumps(data))
+    gated = pytester.runpytest(*FAST, f"--s2st-config={a}", "--benchmark-compare", "--s2st-compare-fail=flops:1%")
+    assert gated.ret == 1
+    text = gated.stdout.str()
+    lines = [line for line in text.splitlines() if said in line and str(saved.name) in line]
+    assert lines and any("so no limit was checked" in line for line in lines), text
+    assert "no counterpart in the compared run, so" not in text

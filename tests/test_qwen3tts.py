@@ -208,7 +208,7 @@ def test_normalize_language(language, expected):
         (dict(EN, language="xx"), r"sample 'en': language 'Xx' is not supported by .*; supported: auto, chinese"),
         (dict(EN, voice="nobody"), r"sample 'en': voice 'nobody' is not supported"),
         (dict(EN, text="  "), r"sample 'en': 'text' must be a non-empty string"),
-        (dict(EN, seed=-1), r"sample 'en': 'seed' must be an integer"),
+        (dict(EN, seed=-2**63 - 1), r"sample 'en': 'seed' must be an integer in \[-2\*\*63, 2\*\*63\)"),
         ({"id": 0, "net_input": {"src_tokens": None}}, r"Qwen3TTS takes text samples .* with net_input"),
     ],
 )

@@ -95,7 +95,12 @@ def test_sdk_lists_models_and_voices(client, server):
 @pytest.mark.parametrize("kw, message", [
     ({"input": " "}, "input: must not be empty"),
     ({"response_format": "mp3"}, "response_format: 'mp3' is not served here; use one of pcm, wav"),
-    ({"speed": 2.0}, "speed: only 1.0 is served here, got 2.0"),
+    ({"speed": 4.5}, "speed: must be in 0.25-4.0, got 4.5"),
+    ({"input": "x" * 4097}, "input: longer than 4096 characters"),
+    ({"extra_body": {"sample_rate": 0}}, "sample_rate: must be in 1-384000, got 0"),
+    ({"extra_body": {"sample_rate": "16k"}}, "sample_rate: expected int, got str"),
+    ({"voice": {"name": "x"}}, 'voice: an object must name the voice as a string "id"'),
+    ({"extra_body": {"seed": 2**63}}, "seed: must be in [-2**63, 2**63)"),
     ({"response_format": "wav", "stream_format": "sse"}, "stream_format: sse carries pcm deltas here"),
 ])
 def test_sdk_sees_bad_requests_as_openai_errors(client, kw, message):
@@ -104,6 +109,65 @@ def test_sdk_sees_bad_requests_as_openai_errors(client, kw, message):
         client.audio.speech.create(**args)
     assert info.value.status_code == 400 and message in info.value.message
     assert info.value.body["type"] == "invalid_request_error"
+
+
+def _pcm(client, **kw) -> tuple[bytes, dict, list[bytes]]:
+    """One raw-PCM answer through the SDK: (pcm, headers, the body's pieces)."""
+    args = {"model": "demo-tone", "voice": "Ryan", "input": TEXT, "response_format": "pcm", **kw}
+    with client.audio.speech.with_streaming_response.create(**args) as response:
+        pieces = list(response.iter_bytes())
+        return b"".join(pieces), dict(response.headers), pieces
+
+
+def test_sdk_gets_what_openai_and_vllm_omni_accept(client):
+    """4096 characters (OpenAI's bound), a voice object {"id"} (OpenAI's custom voices; vLLM-Omni takes its
+    id), a negative seed (vLLM-Omni's int64 range), ref_audio as a list and a nested speaker_embedding
+    (vLLM-Omni's forms): each answered 200, with the audio the demo tone makes for that text and voice."""
+    long_text = ("All work and no play. " * 200)[:4096]
+    assert _pcm(client, input=long_text)[0] == expected_pcm(long_text)
+    assert _pcm(client, voice={"id": "Aiden"})[0] == expected_pcm(TEXT, "Aiden")
+    pcm = _pcm(client, extra_body={"seed": -1})[0]
+    assert pcm == to_pcm16(*demo_tone_synthesizer()({"text": TEXT, "voice": "Ryan", "seed": -1}))[0]
+    assert pcm != expected_pcm(TEXT)  # the seed reached the synthesizer (the tone's pitch follows it)
+    assert _pcm(client, extra_body={"ref_audio": ["data:,a", "data:,b"], "ref_text": "hi",
+                                    "speaker_embedding": [[0.1, 0.2], [0.3, 0.4]]})[0] == expected_pcm(TEXT)
+
+
+def _tone_hz(pcm: bytes, rate: int) -> float:
+    import numpy as np
+
+    wave = np.frombuffer(pcm, "<i2").astype(np.float64)
+    spectrum = np.abs(np.fft.rfft(wave * np.hanning(len(wave))))
+    return float(np.argmax(spectrum)) * rate / len(wave)
+
+
+@pytest.mark.parametrize("extra, rate, speed", [({"sample_rate": 16000}, 16000, 1.0), ({"sample_rate": 48000}, 48000, 1.0),
+                                                ({}, 24000, 2.0), ({"sample_rate": 8000}, 8000, 0.5)])
+def test_sample_rate_is_resampled_and_speed_applied(client, extra, rate, speed):
+    """sample_rate: the answer is at that rate (named in the Content-Type), as long and at the pitch of the
+    native answer; speed: the audio lasts 1/speed as long (and, as a tape, is speed x higher)."""
+    native = expected_pcm(TEXT)
+    pcm, headers, _ = _pcm(client, speed=speed, extra_body=extra)
+    assert headers["content-type"] == f"audio/pcm;rate={rate}"
+    assert len(pcm) // 2 == -(-(len(native) // 2) * rate // round(24000 * speed))  # ceil(n * rate / (24k x speed))
+    assert abs(_tone_hz(pcm, rate) - speed * _tone_hz(native, 24000)) < 3.0
+
+
+def test_stream_false_is_one_body_and_sse_done_carries_usage(client):
+    """"stream": false (and no stream_format) asks for one body: Content-Length, no chunked encoding."""
+    pcm, headers, _ = _pcm(client, extra_body={"stream": False})
+    assert pcm == expected_pcm(TEXT) and headers["content-length"] == str(len(pcm))
+    assert "transfer-encoding" not in headers
+    streamed, headers, pieces = _pcm(client, extra_body={"stream": True})
+    assert streamed == pcm and headers.get("transfer-encoding") == "chunked" and len(pieces) > 1
+    with client.audio.speech.with_streaming_response.create(
+            model="demo-tone", voice="Ryan", input=TEXT, response_format="pcm", stream_format="sse",
+            extra_body={"stream": False}) as response:  # an explicit stream_format streams (vLLM-Omni's rule)
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+    samples = len(pcm) // 2
+    assert events[-1] == {"type": oa.DONE, "samples": samples, "usage": {
+        "input_tokens": None, "output_tokens": None, "total_tokens": None,
+        "input_characters": len(TEXT), "output_samples": samples}}
 
 
 def _load(endpoint, tmp_path, **kw):

@@ -84,7 +84,7 @@ MULTIPART.add_field("input", b"hello", filename="a.txt", content_type="text/plai
     ({"data": b'{"input": "\xff\xfe"}'}, "body: not UTF-8 (byte 11)", None),
     ({"data": b"[" * 100_000}, "body: JSON nested too deeply", None),
     ({"json": {}}, "input: required", "input"),  # {} is no own-protocol request: OpenAI's field is named
-    ({"json": {"input": "hi", "voice": 3}}, "voice: expected str, got int", "voice"),
+    ({"json": {"input": "hi", "voice": 3}}, "voice: expected str or object, got int", "voice"),
     ({"json": {"input": "hi", "task_type": "Clone"}}, "task_type: 'Clone' is not one of CustomVoice", "task_type"),
     ({"json": {"input": "hi", "max_new_tokens": "many"}}, "max_new_tokens: expected int, got str", "max_new_tokens"),
 ])

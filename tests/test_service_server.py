@@ -72,7 +72,7 @@ def test_health_and_identity():
     [
         ({"text": "   "}, "text"),
         ({"text": 5}, "text"),
-        ({"text": "x" * 4001}, "text"),
+        ({"text": "x" * 4097}, "text"),
         ({"text": "hi", "seed": "7"}, "seed"),
         ({"text": "hi", "seed": True}, "seed"),
         ({"text": "hi", "seed": -1}, "seed"),

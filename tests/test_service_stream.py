@@ -94,10 +94,28 @@ def test_streamed_pcm_is_the_same_in_both_protocols_and_matches_the_baseline(ser
     with urllib.request.urlopen(req, timeout=600) as response:
         events = [json.loads(line[6:]) for line in response if line.startswith(b"data: ")]
     deltas = [e for e in events if e["type"] == "speech.audio.delta"]
-    assert len(deltas) == len(audio) and events[-1] == {"type": "speech.audio.done", "samples": len(own_pcm) // 2}
+    assert len(deltas) == len(audio) and events[-1]["type"] == "speech.audio.done"
+    assert events[-1]["samples"] == events[-1]["usage"]["output_samples"] == len(own_pcm) // 2
     sse_pcm = b"".join(base64.b64decode(e["audio"]) for e in deltas)
 
     assert sdk_pcm == own_pcm == sse_pcm  # same request, same seed, same server: the same bytes
+
+    def openai_pcm(**extra):
+        body = {"input": REQUEST["text"], "voice": "Vivian", "language": "en", "seed": 3, "response_format": "pcm",
+                **extra}
+        req = urllib.request.Request(stream["endpoint"], headers={"Content-Type": "application/json"},
+                                     data=json.dumps(body).encode())
+        with urllib.request.urlopen(req, timeout=600) as response:
+            return dict(response.headers), response.read()
+
+    headers, whole = openai_pcm(stream=False)  # under --stream, "stream": false still gets one body
+    assert whole == own_pcm and headers["Content-Length"] == str(len(whole)) and "Transfer-Encoding" not in headers
+    headers, low = openai_pcm(sample_rate=16000)  # resampled chunk by chunk as decoded == the whole resampled
+    from pytest_s2st.service.resample import resample
+    want16 = np.round(resample(np.frombuffer(own_pcm, "<i2") / 32767.0, 24000, 16000) * 32767).astype(np.int64)
+    assert headers["Content-Type"] == "audio/pcm;rate=16000" and len(low) == 2 * len(want16)
+    assert np.abs(np.frombuffer(low, "<i2").astype(np.int64) - want16).max() <= 2
+    assert openai_pcm(seed=-3)[1] != own_pcm  # a negative seed is a seed (torch.manual_seed takes it)
     got, want = np.frombuffer(own_pcm, "<i2").astype(np.int64), np.frombuffer(base_pcm, "<i2").astype(np.int64)
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= 2

@@ -313,3 +313,47 @@ def test_worker_k_pins_cuda_device_k_mod_count_in_a_real_session(pytester):
 
     pinned = re.findall(r"--s2st-device=(cuda\S*): CUDA is not available", out)
     assert len(pinned) >= 4 and set(pinned) <= {"cuda:0", "cuda:1"} and "Traceback" not in out, out
+
+
+def test_merge_reads_a_cpu_named_by_a_string(tmp_path, capsys):
+    """machine_info["cpu"] as a plain name (another tool, a hand edit) rather than py-cpuinfo's object."""
+    a = saved(tmp_path / "a.json", ["t::a"], machine={"cpu": "Intel Xeon"})
+    b = saved(tmp_path / "b.json", ["t::b"], machine={"cpu": {"brand_raw": "AMD EPYC"}})
+    assert merge_cli.main([str(a), str(b), "-o", str(tmp_path / "m.json")]) == 0, capsys.readouterr().err
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert [s["cpu"] for s in merged["machine_info"]["s2st_merged_from"]] == ["Intel Xeon", "AMD EPYC"]
+
+
+def repeat_run(path: Path, runtime: str, s2st: str | None = None) -> Path:
+    """A saved run of one s2st benchmark whose runtime_s value is written as the given JSON text."""
+    row = s2st or '{"metrics": {"runtime_s": {"value": %s, "details": {"rounds_s": [1.0]}}}}' % runtime
+    text = json.dumps({
+        "machine_info": {"node": path.stem, "machine": "x86_64", "system": "Linux", "python_implementation": "CPython",
+                         "python_version": "3.11.9"},
+        "commit_info": {"id": "abc", "dirty": False, "project": "p"},
+        "benchmarks": [{"fullname": "t::a", "name": "t::a", "stats": {"data": [1.0], "mean": 1.0},
+                        "extra_info": {"s2st": "@ROW@"}}],
+        "datetime": "2026-01-01T00:00:00", "version": "5.3.1"}).replace('"@ROW@"', row)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("runtime, s2st, fragment", [
+    ("1e400", None, "the number 1e400 overflows to infinity"),
+    ("1", '"fast"', "benchmarks[0] (t::a): extra_info.s2st is a JSON string, not an object"),
+    ("1", '{"metrics": [1]}', "benchmarks[0] (t::a): extra_info.s2st.metrics is not an object"),
+])
+def test_merge_repeats_refuses_a_run_it_cannot_fold_in_one_line(tmp_path, capsys, runtime, s2st, fragment):
+    a = repeat_run(tmp_path / "a.json", "1.0")
+    b = repeat_run(tmp_path / "b.json", runtime, s2st)
+    assert merge_cli.main([str(a), str(b), "--repeats", "-o", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}: " in err and fragment in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_merge_repeats_of_huge_finite_means_stays_finite(tmp_path, capsys):
+    """Two means of 1e308: their sum overflows, their mean does not."""
+    runs = [repeat_run(tmp_path / f"{n}.json", "1e308") for n in "ab"]
+    assert merge_cli.main([*map(str, runs), "--repeats", "-o", str(tmp_path / "m.json")]) == 0, capsys.readouterr()
+    entry = json.loads((tmp_path / "m.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["metrics"]["runtime_s"]
+    assert entry["value"] == 1e308 and entry["details"]["runs_s"] == [1e308, 1e308]

@@ -150,6 +150,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     if args.demo_tone:
         if args.stream:
             raise S2STError("--stream: the demo tone is one whole waveform; stream a Qwen3TTS case")
+        for flag, value in (("--stream-chunk-frames", args.stream_chunk_frames),
+                            ("--stream-left-context", args.stream_left_context)):
+            if value is not None:  # refused rather than silently ignored
+                raise S2STError(f"{flag}: the demo tone does not stream, so it would be ignored; it applies to "
+                                "a Qwen3TTS case served with --stream")
         synth = demo_tone_synthesizer(delay_s=args.demo_delay_s)
         return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
                        "demo_delay_s": args.demo_delay_s}, lambda: None, None

@@ -32,7 +32,7 @@ from typing import Any, Callable
 # algebra and FFTs. Matched against the op packet's name without its namespace (``aten.bmm`` -> ``bmm``).
 ARITHMETIC = re.compile(
     r"attention|(^|_)(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|addr|ger|outer|matmul|einsum|tensordot|"
-    r"bilinear|linear|kron|cdist|chain_matmul)($|_)|(^|_)int\d?_?mm|pack_mm|(^|_)(cudnn_|mkldnn_|miopen_|slow_|"
+    r"bilinear|trilinear|linear|kron|cdist|chain_matmul)($|_)|(^|_)int\d?_?mm|pack_mm|(^|_)(cudnn_|mkldnn_|miopen_|slow_|"
     r"thnn_|nnpack_)?conv|convolution|rnn|lstm|gru|^linalg_|^fft_|^_fft_|cholesky|triangular_solve|^_linalg"
 )
 NO_ARITHMETIC_NOTE = ("elementwise, reductions, normalisation, softmax, copies, views, indexing and RNG count 0 "
@@ -135,6 +135,20 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, *args, out_v
     return attention_flops(q, k, v)
 
 
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, *args, out_val=None, **kwargs) -> int | None:
+    """aten._trilinear as nn.Bilinear / F.bilinear call it (x1 (N, in1), weight (out, in1, in2), x2 (N, in2),
+    expand [1, 3], [0], [1, 2], sum over [2, 3]): ATen computes, per output unit, x1·W_o (N×in1 by in1×in2) then
+    a row-wise dot with x2, so 2·N·out·in2·(in1 + 1). Any other pattern: None (listed uncounted)."""
+    if [list(expand1), list(expand2), list(expand3), list(sumdim)] != [[1, 3], [0], [1, 2], [2, 3]] \
+            or i1.dim() != 2 or i2.dim() != 3 or i3.dim() != 2 or any(getattr(t, "is_nested", False) for t in (i1, i2, i3)):
+        return None
+    n, in1 = (int(v) for v in i1.shape)
+    out, w_in1, in2 = (int(v) for v in i2.shape)
+    if w_in1 != in1 or tuple(int(v) for v in i3.shape) != (n, in2):
+        return None
+    return 2 * n * out * in2 * (in1 + 1)
+
+
 # op packet name -> formula(*args, **kwargs, out_val=...) -> FLOPs, or None when this call cannot be counted
 FORMULAS: dict[str, Callable[..., int | None]] = {
     "aten._scaled_dot_product_flash_attention_for_cpu": sdpa,
@@ -145,4 +159,5 @@ FORMULAS: dict[str, Callable[..., int | None]] = {
     "aten._native_multi_head_attention": native_mha,
     "aten._transformer_encoder_layer_fwd": transformer_encoder_layer,
     "npu.npu_fusion_attention": npu_fusion_attention,
+    "aten._trilinear": trilinear,
 }

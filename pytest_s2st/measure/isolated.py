@@ -35,18 +35,43 @@ def _missing(method: str, reason: str, stages: int) -> list[dict[str, Metric]]:
     return [{n: Metric.missing(method, reason) for n in NAMES} for _ in range(stages)]
 
 
+def _pickled(what: str, value: Any) -> tuple[bytes | None, str | None]:
+    """(pickle bytes, None), or (None, a one-line reason naming what could not be pickled)."""
+    try:
+        return pickle.dumps(value), None
+    except Exception as exc:  # noqa: BLE001 -- PicklingError, TypeError, AttributeError: a closure, a lambda, a generator
+        text = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return None, f"--s2st-isolate: {what} cannot be pickled for the fresh process ({type(exc).__name__}: {text})"
+
+
 def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, warmup: int, threads: int,
-                    seed: int, stages: int, device: str) -> list[dict[str, Metric]]:
-    """Per stage {"peak_rss_mib", "peak_delta_mib"} measured in a child process."""
-    if case is None:
-        return _missing(method, "--s2st-isolate needs a case from a config (the child rebuilds it)", stages)
+                    seed: int, stages: int, device: str, model: Any = None) -> list[dict[str, Metric]]:
+    """Per stage {"peak_rss_mib", "peak_delta_mib"} measured in a child process. ``model``: the callable (or
+    pipeline) the test benchmarks when it is not the case's own pipeline: the child re-creates that one from
+    its pickle (a module-level function or a picklable object), not the case's model; one that cannot be
+    pickled is a missing metric saying so."""
+    if case is None and model is None:
+        return _missing(method, "--s2st-isolate needs a case from a config or a picklable callable (the child "
+                                "re-creates it)", stages)
     if device != "cpu":
         return _missing(method, f"--s2st-isolate measures on cpu only, this case runs on {device}", stages)
+    model_bytes = None
+    if model is not None:
+        name = getattr(model, "__qualname__", None) or type(model).__name__
+        model_bytes, why = _pickled(f"the benchmarked callable {name!r} (not the case's pipeline)", model)
+        if why:
+            return _missing(method, f"{why}; define it at module level, or benchmark s2st_pipeline", stages)
+    inputs_bytes, why = _pickled("the inputs", list(inputs))
+    if why:
+        return _missing(method, why, stages)
     with tempfile.TemporaryDirectory(prefix="s2st-isolate-") as tmp:
-        job = {"case": case, "inputs": str(Path(tmp) / "inputs.pkl"), "result": str(Path(tmp) / "result.json"),
-               "method": method, "warmup": warmup, "threads": threads, "seed": seed}
-        with open(job["inputs"], "wb") as f:
-            pickle.dump(list(inputs), f)
+        job = {"case": case if model is None else None, "inputs": str(Path(tmp) / "inputs.pkl"),
+               "result": str(Path(tmp) / "result.json"), "method": method, "warmup": warmup, "threads": threads,
+               "seed": seed, "model": None, "sys_path": [p for p in sys.path if isinstance(p, str)]}
+        Path(job["inputs"]).write_bytes(inputs_bytes)
+        if model_bytes is not None:
+            job["model"] = str(Path(tmp) / "model.pkl")
+            Path(job["model"]).write_bytes(model_bytes)
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
             proc = subprocess.run([sys.executable, "-m", "pytest_s2st.measure.isolated", str(Path(tmp) / "job.json")],
@@ -76,12 +101,24 @@ def run(job: dict) -> dict:
     from pytest_s2st.measure.memory import MemoryProbe, resolve_memory_method
     from pytest_s2st.pipelines.base import build_pipeline
 
-    case = Case.from_dict(job["case"])
     set_threads(int(job["threads"]))
     seed_everything(int(job["seed"]))
+    sys.path[:0] = [p for p in job.get("sys_path") or [] if p not in sys.path]  # the test's modules, as pytest saw them
     with open(job["inputs"], "rb") as f:  # written by our parent into its private temp folder
         xs = pickle.load(f)
-    pipeline = build_pipeline(case.model_type, case.config.stages, device="cpu", config_path=case.config.path)
+    if job.get("model"):
+        from pytest_s2st.pipelines.callable import from_function, is_pipeline
+
+        try:
+            with open(job["model"], "rb") as f:  # likewise ours
+                model = pickle.load(f)
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError("the benchmarked callable cannot be re-created in the fresh process "
+                               f"({type(exc).__name__}: {exc})") from None
+        pipeline = model if is_pipeline(model) else from_function(model, "--s2st-isolate")
+    else:
+        case = Case.from_dict(job["case"])
+        pipeline = build_pipeline(case.model_type, case.config.stages, device="cpu", config_path=case.config.path)
     method, fallback = resolve_memory_method(job["method"])
     probe = MemoryProbe(method, fallback)
     stages = []

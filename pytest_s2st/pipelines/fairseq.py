@@ -17,7 +17,7 @@ import copy
 import json
 from argparse import Namespace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -63,6 +63,56 @@ def _base_namespace() -> Namespace:
             options.add_generation_args(parser)
             _BASE_NS = options.parse_args_and_arch(parser, input_args=[""])
     return copy.deepcopy(_BASE_NS)
+
+
+# stage keys this project reads that are no fairseq argument: the unit vocoder's and the HuBERT unit extractor's
+OWN_STAGE_KEYS = frozenset({"vocoder", "vocoder_cfg", "dur_prediction", "hubert_ckpt_path", "hubert_km_path",
+                            "hubert_layer", "max_chunk", "normalize_waveform"})
+_KNOWN_KEYS: frozenset | None = None
+
+
+def known_stage_keys() -> frozenset:
+    """Every name a stage section may use: fairseq's speech-generation parser (common, dataset, generation
+    arguments), the arguments of every task a stage runs (ROLE_TASK), and OWN_STAGE_KEYS."""
+    global _KNOWN_KEYS
+    if _KNOWN_KEYS is None:
+        import logging
+
+        was = logging.root.manager.disable
+        logging.disable(logging.INFO)  # fairseq's task modules log install hints (tensorboardX) on import
+        try:
+            keys = set(vars(_base_namespace())) | OWN_STAGE_KEYS
+            with quiet_fairseq():
+                from fairseq.tasks import TASK_REGISTRY
+
+                for task in sorted(set(ROLE_TASK.values())):
+                    parser = argparse.ArgumentParser(conflict_handler="resolve", add_help=False)
+                    TASK_REGISTRY[task].add_args(parser)
+                    keys |= {action.dest for action in parser._actions}
+        finally:
+            logging.disable(was)
+        _KNOWN_KEYS = frozenset(keys)
+    return _KNOWN_KEYS
+
+
+def check_stage_keys(index: int, role: str, config_path: Path, lines: Mapping[str, int]) -> None:
+    """A key written in the stage's own section (``stageN.key`` in the config's line map) that no fairseq
+    argument and no key of this project has: refused with the closest name (upstream would ignore it, so
+    ``beem: 20`` would silently run at the default beam)."""
+    import difflib
+
+    prefix = f"stage{index}."
+    known = known_stage_keys()
+    for dotted, line in lines.items():
+        if not dotted.startswith(prefix) or "." in dotted[len(prefix):]:
+            continue
+        key = dotted[len(prefix):]
+        if key.replace("-", "_") in known:
+            continue
+        close = difflib.get_close_matches(key.replace("-", "_"), sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else " (see fairseq's generate options)"
+        raise S2STError(f"{config_path}:{line} ({dotted}): unknown key {key!r} for a fairseq {role} stage: no fairseq "
+                        f"argument has that name{hint}")
 
 
 def stage_namespace(stage: dict, *, device: str, config_path: Path) -> Namespace:
@@ -656,12 +706,15 @@ def _build_stage(role: str, ns: Namespace, *, device: str, where: str) -> _Stage
                         f"{_one_line(exc)}") from None
 
 
-def build(stages: list[dict], *, model_type: str, device: str, config_path: Path) -> FairseqPipeline:
+def build(stages: list[dict], *, model_type: str, device: str, config_path: Path,
+          config_lines: Mapping[str, int] | None = None) -> FairseqPipeline:
     layout = LAYOUTS[model_type]
     need = [r for r in layout if not r.endswith("?")]
     if len(stages) < len(need):
         raise S2STError(f"{config_path}: model_type {model_type} needs {len(need)} stage(s) "
                         f"({', '.join(need)}), the config has {len(stages)}")
+    for i, role in enumerate(layout[:len(stages)], 1):  # every typo before any model loads
+        check_stage_keys(i, role.rstrip("?"), Path(config_path), config_lines or {})
     torch.manual_seed(1)  # as upstream core.py does at import
     built = []
     for i, (role, stage) in enumerate(zip(layout, stages), 1):

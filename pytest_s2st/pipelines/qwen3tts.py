@@ -207,8 +207,9 @@ class Qwen3TTSPipeline:
         seed = self.seed if seed is None else seed
         if not isinstance(language, str) or not isinstance(speaker, str):
             raise S2STError(f"{self.where}: sample {sid!r}: 'language' and 'voice' must be strings")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise S2STError(f"{self.where}: sample {sid!r}: 'seed' must be an integer in [0, 2**63), got {seed!r}")
+        # torch.manual_seed takes a negative seed (as two's complement), as vLLM-Omni's seed field does
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -2**63 <= seed < 2**63:
+            raise S2STError(f"{self.where}: sample {sid!r}: 'seed' must be an integer in [-2**63, 2**63), got {seed!r}")
         language = normalize_language(language)
         self._check_choice("language", language, self.languages, f": sample {sid!r}")
         self._check_choice("voice", speaker, self.speakers, f": sample {sid!r}")

@@ -27,6 +27,7 @@ import struct
 from typing import Any
 
 from ..inputs import loads_finite
+from .resample import MAX_SPEED, MIN_SPEED
 
 OWN, OPENAI = "s2st", "openai"
 PROTOCOLS = (OWN, OPENAI)
@@ -242,8 +243,8 @@ STREAM_FORMATS = ("audio", "sse")
 _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "input": ((str,), True),
     "model": ((str,), False),
-    "voice": ((str,), False),
-    "speaker": ((str,), False),
+    "voice": ((str, dict), False),  # OpenAI's custom voice object {"id": ...}, as vLLM-Omni takes it
+    "speaker": ((str, dict), False),
     "instructions": ((str,), False),
     "language": ((str,), False),
     "response_format": ((str,), False),
@@ -251,16 +252,18 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "stream": ((bool,), False),
     "speed": ((int, float), False),
     "seed": ((int,), False),
+    "sample_rate": ((int,), False),  # vLLM-Omni's: the rate of the returned audio (resampled here)
 }
+INT64 = (-(2**63), 2**63)  # vLLM-Omni's bound of a seed (ge=-2**63, le=2**63-1)
 # vLLM-Omni's speech request fields this server accepts and does not act on (its Qwen3-TTS extensions:
 # voice cloning, codec chunking, token budget), type-checked as vLLM-Omni's pydantic model does
 # (vllm_omni/entrypoints/openai/protocol/audio.py, OpenAICreateSpeechRequest).
 VLLM_OMNI_IGNORED: dict[str, tuple[type, ...]] = {
     "task_type": (str,),
-    "ref_audio": (str,),
+    "ref_audio": (str, list),  # one reference, or vLLM-Omni's list of them
     "ref_text": (str,),
     "x_vector_only_mode": (bool,),
-    "speaker_embedding": (list,),
+    "speaker_embedding": (list,),  # a vector, or vLLM-Omni's list of vectors
     "max_new_tokens": (int,),
     "initial_codec_chunk_frames": (int,),
 }
@@ -283,7 +286,16 @@ def ignored_fields(body: dict) -> list[str]:
 
 def _check_type(name: str, value: Any, types: tuple[type, ...]) -> None:
     if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-        raise ValueError(f"{name}: expected {types[0].__name__}, got {type(value).__name__}")
+        names = " or ".join("object" if t is dict else t.__name__ for t in types)
+        raise ValueError(f"{name}: expected {names}, got {type(value).__name__}")
+
+
+def _finite_vector(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) <= MAX_EMBEDDING_DIM
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value))
+
+
+MAX_EMBEDDING_DIM = 8192  # vLLM-Omni's max_length of speaker_embedding
 
 
 def _check_vllm_omni_fields(body: dict) -> None:
@@ -296,18 +308,38 @@ def _check_vllm_omni_fields(body: dict) -> None:
     for name in ("max_new_tokens", "initial_codec_chunk_frames"):
         if body.get(name) is not None and body[name] < (1 if name == "max_new_tokens" else 0):
             raise ValueError(f"{name}: must be >= {1 if name == 'max_new_tokens' else 0}, got {body[name]}")
+    ref_audio = body.get("ref_audio")
+    if isinstance(ref_audio, list) and (not ref_audio or not all(isinstance(x, str) for x in ref_audio)):
+        raise ValueError("ref_audio: a list of references must hold one or more strings")
     embedding = body.get("speaker_embedding")
     if embedding is not None:
-        if len(embedding) > 8192 or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                            and math.isfinite(x) for x in embedding):
-            raise ValueError("speaker_embedding: expected at most 8192 finite numbers")
-        if body.get("ref_audio") is not None:
+        if embedding and isinstance(embedding[0], list):  # vLLM-Omni's nested form: one vector per reference
+            if len(embedding) > MAX_EMBEDDING_DIM or not all(v and _finite_vector(v) for v in embedding):
+                raise ValueError(f"speaker_embedding: expected at most {MAX_EMBEDDING_DIM} non-empty vectors of "
+                                 f"at most {MAX_EMBEDDING_DIM} finite numbers, flat and nested not mixed")
+        elif not _finite_vector(embedding):
+            raise ValueError(f"speaker_embedding: expected at most {MAX_EMBEDDING_DIM} finite numbers "
+                             "(or a list of such vectors)")
+        if isinstance(ref_audio, str):  # as vLLM-Omni: a list of references may come with embeddings
             raise ValueError("speaker_embedding: and ref_audio are mutually exclusive")
 
 
-def validate_openai_request(body: Any, max_chars: int) -> tuple[dict, str, str]:
-    """-> (synthesizer request {text, voice, language, instruct, seed}, response_format, stream_format);
-    ValueError("<field>: <why>") naming the field ("body" when it is not a JSON object)."""
+def _voice(body: dict) -> str | None:
+    """"voice" wins over vLLM-Omni's alias "speaker"; an object {"id": ...} (OpenAI's custom voice) names its id."""
+    name = "voice" if body.get("voice") is not None else "speaker"
+    voice = body.get(name)
+    if isinstance(voice, dict):
+        if not isinstance(voice.get("id"), str):
+            raise ValueError(f"{name}: an object must name the voice as a string \"id\"")
+        voice = voice["id"]
+    return voice
+
+
+def validate_openai_request(body: Any, max_chars: int) -> tuple[dict, dict]:
+    """-> (synthesizer request {text, voice, language, instruct, seed}, answer shape {format, stream_format,
+    streamed, sample_rate, speed}); ValueError("<field>: <why>") naming the field ("body" when it is not a
+    JSON object). ``streamed``: False when the request says ``"stream": false`` and names no stream_format
+    (vLLM-Omni's rule: an explicit stream_format streams); ``sample_rate`` None keeps the model's rate."""
     if not isinstance(body, dict):
         raise ValueError(f"body: expected a JSON object, got {'null' if body is None else type(body).__name__}")
     for name, (types, required) in _FIELDS.items():
@@ -326,25 +358,30 @@ def validate_openai_request(body: Any, max_chars: int) -> tuple[dict, str, str]:
     fmt = body.get("response_format") or "wav"  # vLLM-Omni's default (OpenAI's mp3 needs a codec)
     if fmt not in RESPONSE_FORMATS:
         raise ValueError(f"response_format: {fmt!r} is not served here; use one of {', '.join(RESPONSE_FORMATS)}")
+    streamed = body.get("stream_format") is not None or body.get("stream") is not False
     stream_format = body.get("stream_format") or "audio"
     if stream_format not in STREAM_FORMATS:
         raise ValueError(f"stream_format: {stream_format!r}; use one of {', '.join(STREAM_FORMATS)}")
     if stream_format == "sse" and fmt != "pcm":
         raise ValueError("stream_format: sse carries pcm deltas here; set response_format to pcm")
-    speed = body.get("speed")
-    if speed is not None and speed != 1:
-        raise ValueError(f"speed: only 1.0 is served here, got {speed!r}")
+    speed = 1.0 if body.get("speed") is None else body["speed"]
+    if not MIN_SPEED <= speed <= MAX_SPEED:  # also NaN
+        raise ValueError(f"speed: must be in {MIN_SPEED}-{MAX_SPEED}, got {speed!r}")
     seed = body.get("seed")
-    if seed is not None and not 0 <= seed < 2**63:
-        raise ValueError("seed: must be in [0, 2**63)")
+    if seed is not None and not INT64[0] <= seed < INT64[1]:
+        raise ValueError("seed: must be in [-2**63, 2**63)")
+    rate = body.get("sample_rate")
+    if rate is not None and not 0 < rate <= MAX_RATE:
+        raise ValueError(f"sample_rate: must be in 1-{MAX_RATE}, got {rate}")
     request = {"text": text}
-    voice = body["voice"] if body.get("voice") is not None else body.get("speaker")  # "voice" wins, as in vLLM-Omni
+    voice = _voice(body)
     if voice is not None:
         request["voice"] = voice
     for src, dst in (("language", "language"), ("instructions", "instruct"), ("seed", "seed")):
         if body.get(src) is not None:
             request[dst] = body[src]
-    return request, fmt, stream_format
+    return request, {"format": fmt, "stream_format": stream_format, "streamed": streamed, "sample_rate": rate,
+                     "speed": float(speed)}
 
 
 # status -> OpenAI's error "type" (https://platform.openai.com/docs/guides/error-codes)
@@ -373,5 +410,9 @@ def delta_event(pcm: bytes, sample_rate: int) -> bytes:
     return sse({"type": DELTA, "audio": base64.b64encode(pcm).decode("ascii"), "sample_rate": sample_rate})
 
 
-def done_event(samples: int) -> bytes:
-    return sse({"type": DONE, "samples": samples})  # no "usage": this server counts no tokens
+def done_event(samples: int, input_characters: int) -> bytes:
+    """OpenAI's done event with its "usage" object. This server counts no tokens: the token counts are null
+    (unknown, not 0), and what it did count is beside them (docs/service.md, the table of differences)."""
+    return sse({"type": DONE, "usage": {"input_tokens": None, "output_tokens": None, "total_tokens": None,
+                                        "input_characters": input_characters, "output_samples": samples},
+                "samples": samples})

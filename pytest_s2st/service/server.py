@@ -48,9 +48,10 @@ from aiohttp import web
 from .. import runs
 from ..errors import S2STError
 from . import openai_api as oa
+from .resample import Resampler
 
 SPEECH_PATH = "/v1/audio/speech"
-MAX_TEXT_CHARS = 4000
+MAX_TEXT_CHARS = 4096  # OpenAI's bound of "input"
 # a request body's bound: vLLM-Omni's voice-clone clients inline the reference audio as base64 (a 30 s
 # 24 kHz WAV is ~1.9 MB of base64), so aiohttp's default 1 MiB would refuse them
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -85,6 +86,12 @@ class _Job:
     request: dict
     future: asyncio.Future = field(repr=False)
     chunks: asyncio.Queue | None = field(default=None, repr=False)  # streaming: ("audio", pcm, rate) | ("end",) | ("error", exc)
+    sample_rate: int | None = None  # an OpenAI request's "sample_rate": the answer is resampled to it
+    speed: float = 1.0  # an OpenAI request's "speed" (resample.py: a change of playback rate)
+
+    def resampler(self, native_rate: int) -> Resampler | None:
+        rate = self.sample_rate or native_rate
+        return None if rate == native_rate and self.speed == 1 else Resampler(native_rate, rate, self.speed)
 
 
 def validate_request(body: Any) -> dict:
@@ -152,21 +159,42 @@ class _SpeechApp:
         self.executor: ThreadPoolExecutor | None = None
         self.worker_task: asyncio.Task | None = None
 
-    def generate(self, request: dict) -> tuple[bytes, int]:
-        # on the model thread: the int16 conversion of a long waveform stays off the event loop
-        return to_pcm16(*self.synthesize(request))
+    def generate(self, job: _Job) -> tuple[bytes, int]:
+        # on the model thread: the resampling and int16 conversion of a long waveform stay off the event loop
+        wave, rate = self.synthesize(job.request)
+        to_pcm16(wave, rate)  # the synthesizer's own output checked before any resampling
+        resampler = job.resampler(int(rate))
+        if resampler is not None:
+            wave = np.concatenate([resampler.feed(wave), resampler.flush()])
+            rate = job.sample_rate or rate
+        return to_pcm16(wave, rate)
 
     def generate_chunks(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
         """On the model thread: each decoded chunk goes to the request's queue as int16 PCM at once."""
+        convert: list = []  # [resampler or None, the native rate], made at the first chunk
+
+        def send(wave: Any, rate: int) -> None:
+            if np.asarray(wave).size:
+                pcm, rate = to_pcm16(wave, rate)  # per sample: chunk by chunk == the whole at once
+                loop.call_soon_threadsafe(job.chunks.put_nowait, ("audio", pcm, rate))
+
         def emit(wave: Any, sample_rate: int) -> None:
             if job.future.cancelled():
                 raise ClientGone()
             if np.asarray(wave).size == 0:
                 return
-            pcm, rate = to_pcm16(wave, sample_rate)  # per sample: chunk by chunk == the whole at once
-            loop.call_soon_threadsafe(job.chunks.put_nowait, ("audio", pcm, rate))
+            to_pcm16(wave, sample_rate)  # the synthesizer's own output checked before any resampling
+            if not convert:
+                convert.extend([job.resampler(int(sample_rate)), sample_rate])
+            if convert[0] is None:  # a changed rate is refused by the handler
+                return send(wave, sample_rate)
+            if sample_rate != convert[1]:
+                raise ValueError(f"synthesizer changed its sample rate mid-stream ({convert[1]} -> {sample_rate})")
+            send(convert[0].feed(wave), job.sample_rate or sample_rate)  # resampled with state: == whole
 
         self.stream(job.request, emit)
+        if convert and convert[0] is not None:
+            send(convert[0].flush(), job.sample_rate or convert[1])
 
     async def worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,7 +213,7 @@ class _SpeechApp:
                     job.chunks.put_nowait(("end",))
                 continue
             try:
-                result = await loop.run_in_executor(self.executor, self.generate, job.request)
+                result = await loop.run_in_executor(self.executor, self.generate, job)
             except Exception as exc:  # reported to that request; the worker lives on
                 if not job.future.done():
                     job.future.set_exception(exc)
@@ -243,7 +271,8 @@ class _SpeechApp:
         (response_format, stream_format) goes into ``shape``."""
         try:
             if openai:
-                fields, shape["format"], shape["stream_format"] = oa.validate_openai_request(body, MAX_TEXT_CHARS)
+                fields, answer = oa.validate_openai_request(body, MAX_TEXT_CHARS)
+                shape.update(answer, characters=len(fields["text"]))
             else:
                 fields = validate_request(body)
         except ValueError as exc:
@@ -256,7 +285,8 @@ class _SpeechApp:
         fields.pop("model", None)
         fields["id"] = request.headers.get("X-Request-Id", "request")
         job = _Job(fields, asyncio.get_running_loop().create_future(),
-                   asyncio.Queue() if self.stream is not None else None)
+                   asyncio.Queue() if self.stream is not None else None,
+                   shape.get("sample_rate"), shape.get("speed", 1.0))
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -299,7 +329,7 @@ class _SpeechApp:
             return outcome
         pcm, sample_rate = outcome
         if openai:
-            return await self._openai_answer(request, pcm, sample_rate, **shape)
+            return await self._openai_answer(request, pcm, sample_rate, shape)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         try:
@@ -345,7 +375,8 @@ class _SpeechApp:
             if first is None:
                 raise ValueError("synthesizer returned an empty waveform")
             pieces = [first[0]]
-            if openai and shape["format"] == "wav":  # a WAV file names its length first: whole, then sent
+            whole = openai and (shape["format"] == "wav" or not shape["streamed"])
+            if whole:  # a WAV file names its length first, and "stream": false asks for one body: whole, then sent
                 while (chunk := await self._next_chunk(job)) is not None:
                     pieces.append(chunk[0])
         except asyncio.CancelledError:
@@ -355,8 +386,8 @@ class _SpeechApp:
             self.state["failed"] += 1
             return self._error(openai, 500, f"synthesis failed: {type(exc).__name__}: {exc}")
         rate = first[1]
-        if openai and shape["format"] == "wav":
-            return await self._openai_answer(request, b"".join(pieces), rate, **shape)
+        if whole:
+            return await self._openai_answer(request, b"".join(pieces), rate, shape)
         sse = not openai or shape["stream_format"] == "sse"
         ctype = "text/event-stream" if sse else f"audio/pcm;rate={rate}"
         response = web.StreamResponse(headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
@@ -384,7 +415,7 @@ class _SpeechApp:
                     "streaming": True, "note": STREAMING_NOTE, "pcm_sha256": digest.hexdigest(),
                     "chunks": index}))
             elif sse:
-                await response.write(oa.done_event(samples))
+                await response.write(oa.done_event(samples, shape["characters"]))
             await response.write_eof()
         except ConnectionError:
             job.future.cancel()  # the model thread stops at its next chunk
@@ -398,13 +429,17 @@ class _SpeechApp:
         self.state["served"] += 1
         return response
 
-    async def _openai_answer(self, request: web.Request, pcm: bytes, sample_rate: int, format: str,
-                             stream_format: str) -> web.StreamResponse:
-        """OpenAI's answers: a WAV file, raw PCM chunks, or SSE delta events then the done event."""
-        if format == "wav":
+    async def _openai_answer(self, request: web.Request, pcm: bytes, sample_rate: int,
+                             shape: dict) -> web.StreamResponse:
+        """OpenAI's answers: a WAV file, one raw PCM body ("stream": false), raw PCM chunks, or SSE delta
+        events then the done event."""
+        if shape["format"] == "wav":
             self.state["served"] += 1
             return web.Response(body=runs.wav_bytes(pcm, sample_rate), content_type="audio/wav")
-        sse = stream_format == "sse"
+        sse = shape["stream_format"] == "sse"
+        if not shape["streamed"]:
+            self.state["served"] += 1
+            return web.Response(body=pcm, headers={"Content-Type": f"audio/pcm;rate={sample_rate}"})
         ctype = oa.SSE_TYPE if sse else f"audio/pcm;rate={sample_rate}"  # the rate: pcm does not say it
         response = web.StreamResponse(headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
         response.enable_chunked_encoding()
@@ -415,7 +450,7 @@ class _SpeechApp:
                 chunk = pcm[start: start + step]
                 await response.write(oa.delta_event(chunk, sample_rate) if sse else chunk)
             if sse:
-                await response.write(oa.done_event(len(pcm) // 2))
+                await response.write(oa.done_event(len(pcm) // 2, shape["characters"]))
             await response.write_eof()
         except ConnectionError:
             return response  # client went away mid-stream

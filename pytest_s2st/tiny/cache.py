@@ -13,9 +13,19 @@ from ..errors import S2STError
 
 
 def cache_root() -> Path:
-    """$S2ST_CACHE_DIR, else ~/.cache/pytest-s2st."""
+    """$S2ST_CACHE_DIR, else ~/.cache/pytest-s2st. S2STError, in one line naming the variable, when it holds
+    a control character (a line break pasted with it) or names something that is not a folder."""
     base = os.environ.get("S2ST_CACHE_DIR")
-    return Path(base) if base else Path.home() / ".cache" / "pytest-s2st"
+    if not base:
+        return Path.home() / ".cache" / "pytest-s2st"
+    if any(ord(c) < 32 or ord(c) == 127 for c in base):
+        raise S2STError(f"$S2ST_CACHE_DIR {base[:200]!r}: holds a control character (a line break?); "
+                        "set it to a folder's path")
+    path = Path(base)
+    if path.exists() and not path.is_dir():
+        raise S2STError(f"$S2ST_CACHE_DIR {base[:200]}: is not a folder; set it to a folder "
+                        "(or unset it for ~/.cache/pytest-s2st)")
+    return path
 
 
 def dist_version(dist: str) -> str:
