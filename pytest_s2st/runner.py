@@ -533,7 +533,7 @@ class PairedRounds:
         return compare_pairs(self.baseline.round_totals[:n], self.candidate.round_totals[:n])
 
 
-AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise: a 95 % median interval of 30
+AB_MIN_PAIRS = 60  # ABBA pairs at least, unless --s2st-min-rounds says otherwise: +5 % seen 19/20 beside a CPU hog (30: 9/20)
 
 
 def min_rounds_for(settings: RunSettings) -> int | None:
