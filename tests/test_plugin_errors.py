@@ -46,11 +46,6 @@ def test_bad_ini_value_is_a_usage_error(pytester):
     assert_one_clear_line(result, "s2st_threads", "must be an integer > 0, got 'many'")
 
 
-def test_compare_fail_needs_a_compare(pytester):
-    result = run_usage(pytester, "--s2st-compare-fail=flops:1%")
-    assert_one_clear_line(result, "--s2st-compare-fail needs --benchmark-compare")
-
-
 def test_missing_config(pytester):
     result = run_usage(pytester, "--s2st-config=nope.yaml")
     assert_one_clear_line(result, "nope.yaml")
