@@ -199,3 +199,61 @@ def test_one_run_per_side_gross_power(tmp_path, benchmark, timing_target, hog):
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     assert one["aa_words"] == 0, lines  # a gross word on identical code is a false alarm CI cannot live with
     timing_target(one["x10_slower"] == TRIALS, "; ".join(lines))  # x2 is within the drift: reported, not required
+
+
+# --- two code versions in one job: the pull-request recipe (docs/ci/pull-request.yml) as users run it ----------
+VERSION_TRIALS = int(os.environ.get("S2ST_POWER_VERSION_TRIALS", "10"))
+VERSION_ROUNDS = int(os.environ.get("S2ST_POWER_VERSION_ROUNDS", "3"))  # processes per side
+
+
+def _recipe_step() -> dict:
+    import yaml
+
+    workflow = yaml.safe_load((Path(__file__).resolve().parents[1] / "docs" / "ci" / "pull-request.yml").read_text())
+    return next(s for s in workflow["jobs"]["ab"]["steps"] if s.get("name") == "A/B: base vs head")
+
+
+def _version_repo(root: Path, head_steps: int) -> Path:
+    """A repository whose base runs STEPS steps a call and whose head runs head_steps."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    git = lambda *a: subprocess.run(["git", *a], cwd=root, env=env, check=True, capture_output=True)  # noqa: E731
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "model.py").write_text(MODEL_PY)
+    test = RUN_TEST.replace('int(os.environ["POWER_STEPS"])', "{steps}")
+    (root / "benchmarks" / "test_power_run.py").write_text(test.format(steps=STEPS))
+    git("init", "-q", "-b", "main")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    git("branch", "base")
+    (root / "benchmarks" / "test_power_run.py").write_text(test.format(steps=head_steps))
+    git("commit", "-qam", "head")
+    return root
+
+
+@pytest.mark.parametrize("hog", [False], ids=["quiet"])
+def test_code_versions_power(tmp_path, benchmark, hog):
+    """VERSION_TRIALS runs of the recipe's A/B step per change (A/A and +10 % work), VERSION_ROUNDS processes a side."""
+    step = _recipe_step()
+    out: dict = {}
+    start = time.perf_counter()
+    for name, head in (("aa", STEPS), ("plus10", STEPS + 2)):
+        words = []
+        for trial in range(VERSION_TRIALS):
+            repo = _version_repo(tmp_path / f"{name}{trial}" / "project", head)
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+            env.update({k: str(v) for k, v in step["env"].items()}, **ENV)
+            env.update(BASE_REF="base", ROUNDS=str(VERSION_ROUNDS), LIMITS="runtime_s:5%", BENCH_ARGS="",
+                       PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+            done = subprocess.run(["bash", "-c", step["run"]], cwd=repo, env=env, capture_output=True, text=True,
+                                  timeout=900)
+            assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+            words.append("slower" if " slower (" in done.stdout else "faster" if " faster (" in done.stdout else "same")
+        out[name] = words
+    wall = time.perf_counter() - start
+    line = (f"code versions (recipe, {VERSION_ROUNDS} processes a side, {2 * VERSION_ROUNDS} per trial, "
+            f"{wall:.0f} s): A/A slower {out['aa'].count('slower')}/{VERSION_TRIALS} faster "
+            f"{out['aa'].count('faster')}; +10 % slower {out['plus10'].count('slower')}/{VERSION_TRIALS}")
+    print("\n" + line)
+    benchmark.extra_info.update(code_versions=out, rounds=VERSION_ROUNDS, wall_s=wall)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
