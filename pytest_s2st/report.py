@@ -532,8 +532,9 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
     if not rows:
         return []
-    others = [(key, title) for key, title in COLUMNS[1:]
-              if any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
+    # no peak RSS: it is the process's high-water mark, so the side measured second inherits the first's
+    others = [(key, title) for key, title in COLUMNS[1:] if key != "peak_rss_mib"
+              and any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
     header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
     body = []
     for name, s2st, change in rows:
