@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,21 @@ def test_the_recipe_pins_the_actions_the_project_uses():
     recipe = pinned(RECIPE.read_text())
     assert recipe and recipe <= ours  # every action pinned to a commit, the same commits as our own CI
     assert "persist-credentials: false" in RECIPE.read_text()
+
+
+def test_the_project_runs_the_same_ab_step_in_its_own_ci():
+    ours = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())["jobs"]["ab"]
+    step = next(s for s in ours["steps"] if s.get("name") == "A/B: base vs head")
+    assert step["run"] == _step("A/B: base vs head")["run"]
+    assert ours["if"] == "github.event_name == 'pull_request'"
+
+
+def test_the_recipe_validates_and_passes_the_security_linter():
+    """GitHub's workflow schema (check-jsonschema) and zizmor (offline), as tests/test_ci_files.py checks ci.yml."""
+    bin_dir = Path(sys.executable).parent
+    checks = ([shutil.which("check-jsonschema") or str(bin_dir / "check-jsonschema"), "--builtin-schema",
+               "vendor.github-workflows", str(RECIPE)],
+              [shutil.which("zizmor") or str(bin_dir / "zizmor"), "--offline", "--min-severity", "medium", str(RECIPE)])
+    for command in checks:
+        out = subprocess.run(command, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
