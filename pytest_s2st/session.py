@@ -238,6 +238,10 @@ class S2STSession:
         item.stash[VERDICT_KEY] = verdict
         report.s2st_verdict = verdict.status
         report.s2st_reasons = list(verdict.reasons)
+        # the evidence travels with the report (-rA, --report-log) and into junitxml (a property), PASS included
+        evidence = "\n".join([verdict.status] + [f"  {r}" for r in verdict.reasons])
+        report.sections.append(("s2st verdict", evidence))
+        item.user_properties.append(("s2st_verdict", evidence))
         benchmark = getattr(item, "funcargs", {}).get("benchmark")
         for key in ("s2st", "s2st_service"):
             if benchmark is not None and key in benchmark.extra_info:

@@ -131,6 +131,7 @@ def test_a_slower_candidate_fails_its_test_and_the_same_one_passes(pytester, mon
     ])
     junit = (pytester.path / "junit.xml").read_text()
     assert "runtime candidate/baseline: x" in junit and "ABBA pairs" in junit
+    assert 'name="s2st_verdict" value="FAIL' in junit and 'name="s2st_verdict" value="PASS"' in junit
     saved = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
     assert saved["test_slower"]["ab"]["word"] == SLOWER and saved["test_slower"]["ab"]["ratio"] > 10
     assert saved["test_slower"]["ab"]["pairs"] >= 60
