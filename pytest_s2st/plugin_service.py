@@ -101,13 +101,12 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
     """
     from .benchmark_compat import save_case_ids
     from .service.bench import judge_level, paired_order, run_level, run_paired
+    from .service.options import SETTING_NAMES
 
     save_case_ids(benchmark)
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
-    settings = case.settings if case else {name: state.option(name) for name in
-                                          ("warmup", "requests", "request_timeout", "max_audio_s", "protocol",
-                                           "extra_body", "sample_rate", "request_rate", "burstiness")}
+    settings = case.settings if case else {name: state.option(name) for name in SETTING_NAMES}
     case_id = case.case_id if case else request.node.name
     quality = (case.config.quality if case else None) or {}  # resolved by the config loader
     targets = case.config.general.get("targets") if case else None  # goodput {ttfa_s, rtf}: checked by the loader

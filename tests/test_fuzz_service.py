@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pytest_s2st import runs
 from pytest_s2st.errors import S2STError
 from pytest_s2st.service import http1
-from pytest_s2st.service.client import _Run, request_head, run_load, speech_url
+from pytest_s2st.service.client import LoadOptions, _Run, request_head, run_load, speech_url
 from pytest_s2st.service.evidence import AudioSink
 from pytest_s2st.service.readers import Body, Fail, Seen, Stream, read_own_sse
 from pytest_s2st.service.server import sse_event
@@ -111,10 +111,11 @@ async def _no_wait() -> None:
 @given(pieces=split(sse_bodies), max_audio_s=st.sampled_from([0.001, 0.01, 1.0, 600.0]))
 def test_sse_event_path_ends_in_an_event_or_a_recorded_reason(pieces, max_audio_s):
     COUNTS["sse_direct"] += 1
-    run = _Run(speech_url("http://127.0.0.1:1"), 1, Path("."), 1.0, 1.0, time.perf_counter(), max_audio_s)
+    opts = LoadOptions(timeout_s=1.0, read_timeout_s=1.0, max_audio_s=max_audio_s)
+    run = _Run(speech_url("http://127.0.0.1:1"), 1, Path("."), opts, time.perf_counter())
     record = run.new_record({"id": "a"}, 0, False)
     pcm = AudioSink(Path("unused.wav"), lambda *_: None)  # counted, never written
-    stream = Stream(_PieceBody(pieces), record, pcm, Seen(), "s2st", run.limits, 24000, run.now, _no_wait)
+    stream = Stream(_PieceBody(pieces), record, pcm, Seen(), run.protocol, run.limits, 24000, run.now, _no_wait)
 
     try:
         asyncio.run(read_own_sse(stream))

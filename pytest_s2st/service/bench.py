@@ -125,25 +125,18 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
     writes the level's summary.json once, with the policy; ``timed(fn)`` runs the load."""
     import asyncio
 
-    from .arrivals import DEFAULT_SEED
-    from .client import MAX_AUDIO_S, run_load
-    from .openai_api import DEFAULT_SAMPLE_RATE, OWN
+    from .client import run_load
+    from .options import LoadOptions
     from .stats import METHODS
 
     holder: dict[str, Any] = {}
     n = settings.get("requests") or len(workload)
     extra = policy_extra(policy)
+    options = LoadOptions.from_settings(settings, total_timeout_s=level_bound_s(settings, n, concurrency),
+                                        targets=targets, extra=extra)
 
     def once() -> None:
-        holder["result"] = asyncio.run(run_load(
-            service.endpoint, workload, concurrency, out_dir=out_dir, warmups=settings["warmup"],
-            timeout_s=float(settings["request_timeout"]), total_timeout_s=level_bound_s(settings, n, concurrency),
-            requests=settings.get("requests"), targets=targets, extra=extra,
-            max_audio_s=float(settings.get("max_audio_s") or MAX_AUDIO_S),
-            protocol=settings.get("protocol") or OWN, extra_body=settings.get("extra_body"),
-            sample_rate=int(settings.get("sample_rate") or DEFAULT_SAMPLE_RATE),
-            request_rate=float(settings.get("request_rate") or "inf"),
-            burstiness=float(settings.get("burstiness") or 1.0), arrival_seed=DEFAULT_SEED))
+        holder["result"] = asyncio.run(run_load(service.endpoint, workload, concurrency, options, out_dir=out_dir))
 
     timed(once)
     result = holder["result"]
@@ -153,32 +146,30 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
         "endpoint": result.endpoint,  # normalised: a base URL given by the user gains the default path
         "external": service.external,
         "streaming": bool((identity or {}).get("streaming", False)),
-        "protocol": settings.get("protocol") or OWN,
+        "protocol": options.protocol,
         "evidence_dir": str(out_dir),
         "identity": identity,
         "summary": result.summary,
         "timed_out": result.timed_out,
-        "methods": _methods(METHODS, settings),
+        "methods": _methods(METHODS, settings, options.protocol),
         "failed": [{"id": r["id"], "error": r.get("error")} for r in result.measured if r.get("status") != "ok"],
         **extra,
     }
     return result, data
 
 
-def _methods(methods: Mapping[str, str], settings: Mapping[str, Any]) -> dict[str, str]:
+def _methods(methods: Mapping[str, str], settings: Mapping[str, Any], protocol: str) -> dict[str, str]:
     """How each number of a level was measured, for its protocol and load shape."""
     from .arrivals import METHOD as ARRIVALS
-    from .openai_api import OPENAI
+    from .wire import PROTOCOLS
 
     out = dict(methods)
     rate = float(settings.get("request_rate") or "inf")
     out["request_rate"] = "closed loop: each worker sends its next request when its last ends" if rate == float(
         "inf") else f"open loop at {rate:g} req/s: {ARRIVALS}; the concurrency cap still applies"
     out["achieved_rate"] = "measured requests sent (bytes handed to the socket) / wall seconds of the measured phase (client clock)"
-    if (settings.get("protocol") or "s2st") == OPENAI:
-        out["ttfa_s"] = ("send_t -> first audio: the body piece completing the first int16 sample (raw PCM, stamped "
-                         "when read), the first speech.audio.delta event with audio (SSE), or the whole body (WAV: "
-                         "not streamed); queueing included")
+    if PROTOCOLS[protocol].ttfa_method:
+        out["ttfa_s"] = PROTOCOLS[protocol].ttfa_method
     return out
 
 

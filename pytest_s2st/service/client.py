@@ -48,19 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from yarl import URL
 
 from .. import runs
 from ..errors import S2STError
-from . import arrivals, http1
+from . import arrivals, http1, wire
 from .evidence import AudioSink, Writer
-from .readers import READERS, WANTED, Body, Fail, Limits, Seen, Stream, expected, hint_events, short
+from .options import MAX_AUDIO_S, LoadOptions
+from .readers import Fail, Limits, Seen, Stream, short
+from .transport import Response, Slot, Transport, host_header, not_an_answer, request_head
 from . import openai_api as oa
 from .stats import summarize
 
-_WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
-MAX_AUDIO_S = 600.0  # run_load's default bound on the audio of one response
+_WORKLOAD_FIELDS = wire.WORKLOAD_FIELDS
+__all__ = ["LoadOptions", "LoadResult", "MAX_AUDIO_S", "request_head", "run_load", "speech_url"]
 
 
 @dataclass
@@ -88,164 +89,26 @@ def speech_url(endpoint: str) -> URL:
     return URL(runs.normalize_endpoint(endpoint), encoded=True)
 
 
-def _host(url: URL) -> str:
-    host = f"[{url.raw_host}]" if ":" in (url.raw_host or "") else url.raw_host
-    if url.port != {"http": 80, "https": 443}[url.scheme]:
-        host = f"{host}:{url.port}"
-    return host
-
-
-def request_head(url: URL, accept: str = "text/event-stream", authorization: str | None = None) -> bytes:
-    """The request line and fixed headers of every speech request (X-Request-Id and Content-Length follow).
-    ``Accept-Encoding: identity``: a server may compress only what the client asks for; the client never inflates."""
-    auth = f"Authorization: {authorization}\r\n" if authorization else ""
-    return (f"POST {url.raw_path_qs} HTTP/1.1\r\nHost: {_host(url)}\r\nUser-Agent: pytest-s2st\r\n"
-            f"Accept: {accept}\r\nAccept-Encoding: identity\r\nContent-Type: application/json\r\n{auth}").encode()
-
-
-def not_an_answer(status: int, headers: dict[str, str]) -> str | None:
-    """Why a response's head alone makes it no answer (a redirect, a protocol switch, a compressed body), or None.
-    A redirect is never followed: the benchmark measures the endpoint it was given, not another host."""
-    if 300 <= status < 400:
-        location = headers.get("location")
-        where = f"redirect to {location[:200]!r}" if location is not None else "redirect without a Location"
-        return f"HTTP {status} {where}, not followed"
-    if status == 101:
-        return f"HTTP 101: the server switched protocols (Upgrade: {headers.get('upgrade', '')[:60]!r}); no speech answer"
-    why = http1.refused_encoding(headers)
-    return f"HTTP {status}: {why}" if why else None
-
-
-class _H1Body(Body):
-    """A response of the own HTTP/1.1 client (http1.py) as the readers see it."""
-
-    def __init__(self, conn: http1.Connection, resp: http1.Response, read_timeout_s: float) -> None:
-        self.conn, self.resp, self.read_timeout_s = conn, resp, read_timeout_s
-        self.content_type, self.headers = resp.content_type, resp.headers
-
-    @property
-    def max_chunk_bytes(self) -> int:  # type: ignore[override]
-        return self.conn.max_chunk_bytes
-
-    @max_chunk_bytes.setter
-    def max_chunk_bytes(self, value: int) -> None:
-        self.conn.max_chunk_bytes = value
-
-    def pieces(self):
-        return self.conn.body(self.read_timeout_s)
-
-
-# --- transport aiohttp: the same run over aiohttp's client (issue 22's fair comparison) ----------------------
-
-class _AioBody(Body):
-    """An aiohttp response as the readers see it. aiohttp never holds a whole HTTP chunk (it passes chunk
-    data on as it arrives), so max_chunk_bytes has nothing to bound."""
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self.resp, self.max_chunk_bytes = resp, 0
-        self.content_type = resp.content_type.lower()
-        self.headers = {k.lower(): v for k, v in resp.headers.items()}
-
-    async def pieces(self):
-        async for piece in self.resp.content.iter_any():
-            yield piece
-
-
-def _aiohttp_session(run: "_Run") -> aiohttp.ClientSession:
-    async def on_sent(session, ctx, params) -> None:  # the send stamp: the request's bytes went to the socket
-        record = ctx.trace_request_ctx
-        if record is not None and record["send_t"] is None:
-            record["send_t"] = run.now()
-
-    trace = aiohttp.TraceConfig()
-    trace.on_request_chunk_sent.append(on_sent)
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=run.concurrency), trace_configs=[trace],
-        timeout=aiohttp.ClientTimeout(sock_connect=run.timeout_s, sock_read=run.read_timeout_s),
-        max_line_size=8 * 1024, max_field_size=8 * 1024, auto_decompress=False)
-
-
-async def _exchange_aiohttp(run: "_Run", body: dict, record: dict, pcm: AudioSink, seen: Seen) -> None:
-    record["send_wall"] = time.time()
-    record["start_t"] = run.now()
-    payload = json.dumps(body, ensure_ascii=False).encode()
-    headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record["id"],
-               "Accept": "*/*" if run.protocol == oa.OPENAI else oa.SSE_TYPE, "Accept-Encoding": "identity"}
-    auth = oa.authorization() if run.protocol == oa.OPENAI else None
-    if auth:
-        headers["Authorization"] = auth
-    assert run.session is not None
-    try:
-        async with run.session.post(run.url, data=payload, headers=headers, trace_request_ctx=record,
-                                    allow_redirects=False) as resp:
-            record["http_status"] = resp.status
-            seen.head_read(resp.status, resp.content_type.lower() if "content-type" in resp.headers else "")
-            why = not_an_answer(resp.status, {k.lower(): v for k, v in resp.headers.items()})
-            if why:
-                raise Fail(why)
-            if resp.status != 200:
-                raw = await resp.content.read(2000)
-                raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
-            reader = READERS[run.protocol].get(resp.content_type.lower())
-            if reader is None:
-                raise Fail(f"expected {WANTED[run.protocol]} for protocol {run.protocol}; got "
-                           f"{resp.content_type}")
-            await reader(Stream(_AioBody(resp), record, pcm, seen, run.protocol, run.limits, run.sample_rate,
-                                run.now, run.writer.room))
-    except aiohttp.ServerTimeoutError:
-        raise http1.Stalled() from None
-    except aiohttp.ClientConnectorError as exc:
-        raise Fail(f"connection failed: {exc}") from None
-    except aiohttp.ServerDisconnectedError:
-        raise http1.Disconnected("server disconnected mid-response") from None
-    except aiohttp.ClientPayloadError as exc:
-        raise http1.ProtocolError(str(exc)) from None
-    except aiohttp.ClientResponseError as exc:
-        raise http1.ProtocolError(str(exc)) from None
-
-
-@dataclass
-class _Slot:
-    """One worker's keep-alive connection, kept from the warm-up phase into the measured one."""
-    conn: http1.Connection | None = None
-
-    def drop(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-
 @dataclass
 class _Run:
     url: URL
     concurrency: int
     out_dir: Path
-    timeout_s: float
-    read_timeout_s: float
+    opts: LoadOptions  # checked (LoadOptions.checked): read_timeout_s filled, rates floats
     t0: float
-    max_audio_s: float = MAX_AUDIO_S
-    protocol: str = oa.OWN
-    extra_body: dict | None = None  # openai: merged into every request body
-    sample_rate: int = oa.DEFAULT_SAMPLE_RATE  # openai: the rate of raw PCM answers that do not name theirs
-    model: str | None = None  # openai: the request's "model" (None: not sent)
-    request_rate: float = math.inf  # measured phase: requests per second (inf: closed loop)
-    burstiness: float = 1.0
-    arrival_seed: int = arrivals.DEFAULT_SEED
-    transport: str = "http1"  # "aiohttp": aiohttp's client instead of http1.py (the transport comparison)
-    session: aiohttp.ClientSession | None = None  # transport aiohttp: the run's session
+    model: str | None = None  # the request's "model", where the protocol sends one (None: not sent)
+    protocol: wire.Protocol = field(init=False)
+    transport: Transport = field(init=False)
     limits: Limits = field(init=False)
-    head: bytes = field(init=False)  # request line + fixed headers, built once
-    slots: list[_Slot] = field(init=False)  # one per worker
+    slots: list[Slot] = field(init=False)  # one per worker
     records: list[dict] = field(default_factory=list)
     writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
 
     def __post_init__(self) -> None:
-        self.limits = Limits(self.max_audio_s)
-        # openai: any answer is read (raw PCM, SSE or WAV), as vLLM-Omni's client sends no Accept either
-        openai = self.protocol == oa.OPENAI
-        self.head = request_head(self.url, "*/*" if openai else "text/event-stream",
-                                 oa.authorization() if openai else None)
-        self.slots = [_Slot() for _ in range(self.concurrency)]
+        self.limits = Limits(self.opts.max_audio_s)
+        self.protocol = wire.protocol(self.opts.protocol)
+        self.transport = wire.transport(self.opts.transport)(self)
+        self.slots = [Slot() for _ in range(self.concurrency)]
         self.writer = Writer(self.out_dir)
 
     def now(self) -> float:
@@ -275,14 +138,15 @@ class _Run:
         record["chunks"] = runs.Timeline()  # [t, nbytes] per arrival, compact: the audio itself goes to disk
         return record
 
-    async def request(self, slot: "_Slot", item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
+    async def request(self, slot: Slot, item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
         record["due_t"] = due_t
         body = self.body(item)
         pcm = self.writer.sink(record["id"])
         seen = Seen()
         try:
-            await http1.within(self.timeout_s, self._exchange(slot, body, record, pcm, seen))
+            await http1.within(self.opts.timeout_s, self.transport.exchange(
+                slot, body, record, lambda resp: self._answer(resp, record, pcm, seen)))
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
@@ -292,9 +156,9 @@ class _Run:
         except Fail as exc:
             record["error"] = str(exc)
         except http1.Stalled:
-            record["error"] = seen.then(f"read stalled: no data for {self.read_timeout_s:g} s")
+            record["error"] = seen.then(f"read stalled: no data for {self.opts.read_timeout_s:g} s")
         except asyncio.TimeoutError:
-            record["error"] = seen.then(f"timeout: no complete response within {self.timeout_s:g} s")
+            record["error"] = seen.then(f"timeout: no complete response within {self.opts.timeout_s:g} s")
         except http1.Disconnected as exc:
             record["error"] = seen.then(str(exc))
         except http1.TooLarge as exc:
@@ -311,86 +175,32 @@ class _Run:
             return
         if seen.foreign and not record["chunks"] and "of type" not in record["error"]:
             # the request failed (a timeout, a bound) on a stream of another protocol's events: say so
-            record["error"] += (f"; the response held no events of the expected type ({expected(self.protocol)}) "
-                                f"but {seen.names()}{hint_events(self.protocol, seen.foreign)}")
+            record["error"] += (f"; the response held no events of the expected type ({self.protocol.expected()}) "
+                                f"but {seen.names()}{self.protocol.hint(seen.foreign)}")
         slot.drop()  # a failed exchange leaves its connection in an unknown state
         self.keep(record, pcm)
 
     def body(self, item: dict) -> dict:
-        if self.protocol == oa.OPENAI:
-            return oa.build_request(item, self.model, self.extra_body)
-        return {key: item[key] for key in _WORKLOAD_FIELDS if key in item}
+        return self.protocol.body(item, self.model, self.opts.extra_body)
 
-    async def _connect(self, slot: "_Slot") -> http1.Connection:
-        if slot.conn is not None and slot.conn.usable:
-            return slot.conn
-        slot.drop()
-        try:
-            slot.conn = await http1.Connection.open(self.url.raw_host, self.url.port, tls=self.url.scheme == "https",
-                                                    timeout_s=self.timeout_s)
-        except asyncio.TimeoutError:
-            raise Fail(f"connection failed: no connection within {self.timeout_s:g} s") from None
-        except (OSError, ValueError) as exc:  # refused, unreachable, TLS handshake, ...
-            raise Fail(f"connection failed: {exc}") from None
-        return slot.conn
-
-    async def _exchange(self, slot: "_Slot", body: dict, record: dict, pcm: AudioSink, seen: Seen) -> None:
-        if self.session is not None:
-            return await _exchange_aiohttp(self, body, record, pcm, seen)
-        record["send_wall"] = time.time()
-        record["start_t"] = self.now()
-        conn = await self._connect(slot)
-        payload = json.dumps(body, ensure_ascii=False).encode()
-        head = self.head + f"X-Request-Id: {record['id']}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
-        record["send_t"] = self.now()
-        conn.send(head + payload)
-        resp = await conn.response(self.read_timeout_s)
+    async def _answer(self, resp: Response, record: dict, pcm: AudioSink, seen: Seen) -> None:
+        """A response's head, then its body by the protocol's reader of its Content-Type (any transport)."""
         record["http_status"] = resp.status
-        seen.head_read(resp.status, resp.content_type)
+        seen.head_read(resp.status, resp.seen_type)
         why = not_an_answer(resp.status, resp.headers)
         if why:
-            conn.reusable = False  # its body is not read
+            resp.refuse()  # its body is not read
             raise Fail(why)
         if resp.status != 200:
-            raw = await self._head_of_body(conn, 2000)
+            raw = await resp.head_of_body(2000)
             raise Fail(f"HTTP {resp.status}: {oa.error_message(raw)}"[:500])
-        reader = READERS[self.protocol].get(resp.content_type)
+        protocol = self.protocol
+        reader = protocol.reader(resp.content_type)
         if reader is None:
-            raise Fail(f"expected {WANTED[self.protocol]} for protocol {self.protocol}; got "
-                       f"{await self._describe(conn, resp)}{self._wrong_type(resp)}")
-        await reader(Stream(_H1Body(conn, resp, self.read_timeout_s), record, pcm, seen, self.protocol, self.limits,
-                            self.sample_rate, self.now, self.writer.room))
-
-    async def _head_of_body(self, conn: http1.Connection, limit: int) -> bytes:
-        """At most ``limit`` bytes of a body that is not read as audio (an error page); the rest is not read."""
-        raw = bytearray()
-        async for piece in conn.body(self.read_timeout_s):
-            raw += piece
-            if len(raw) >= limit:
-                conn.reusable = False
-                break
-        return bytes(raw[:limit])
-
-    def _wrong_type(self, resp: http1.Response) -> str:
-        if self.protocol != oa.OWN:
-            return ""
-        hint = (f" (this server may speak protocol {oa.OPENAI}: try --s2st-protocol {oa.OPENAI})"
-                if resp.content_type in oa.PCM_TYPES | oa.WAV_TYPES else "")
-        return f" (not {oa.SSE_TYPE}){hint}"
-
-    async def _describe(self, conn: http1.Connection, resp: http1.Response) -> str:
-        """'<content type>: <the body's first bytes>' of an answer in the wrong shape (text bodies only:
-        an audio body is not read, a read that fails leaves the type alone)."""
-        ctype = resp.content_type or "no Content-Type"
-        conn.reusable = False
-        if not (ctype.startswith("text/") or ctype.endswith(("json", "xml"))):
-            return ctype
-        try:
-            raw = await self._head_of_body(conn, 120)
-        except (http1.Stalled, http1.Disconnected, http1.ProtocolError, OSError):
-            return ctype
-        text = " ".join(raw.decode(errors="replace").split())
-        return f"{ctype}: {text!r}" if text else ctype
+            raise Fail(f"expected {protocol.wanted} for protocol {protocol.name}; got "
+                       f"{await resp.describe()}{protocol.wrong_type(resp.content_type)}")
+        await reader(Stream(resp, record, pcm, seen, protocol, self.limits, self.opts.sample_rate, self.now,
+                            self.writer.room))
 
     def _finish(self, record: dict, pcm: AudioSink) -> None:
         samples = pcm.size // 2
@@ -406,8 +216,7 @@ class _Run:
                       deadline: float | None) -> tuple[bool, float, float]:
         """Warm-ups, then the measured phase: (timed_out, warm-up wall s since t0, measured wall s)."""
         self.writer.open()
-        if self.transport == "aiohttp":
-            self.session = _aiohttp_session(self)
+        await self.transport.start()
         try:
             timed_out = await self.phase(workload, warmups, True, deadline)
             # the warm-ups' evidence is on disk before the clock starts: its writing does not
@@ -420,8 +229,7 @@ class _Run:
         finally:
             for slot in self.slots:
                 slot.drop()
-            if self.session is not None:
-                await self.session.close()
+            await self.transport.close()
             await asyncio.to_thread(self.writer.close)  # every queued record and WAV is on disk
         if self.writer.error:
             raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.writer.error}")
@@ -438,7 +246,7 @@ class _Run:
         pending_idx = iter(range(count))
         started: set[int] = set()
 
-        async def worker(slot: _Slot) -> None:
+        async def worker(slot: Slot) -> None:
             for index in pending_idx:
                 started.add(index)
                 await self.request(slot, workload[index % len(workload)], index, warmup)
@@ -459,11 +267,12 @@ class _Run:
         timeout = None if deadline is None else deadline - time.perf_counter()
         tasks: list[asyncio.Task] = []
         cut_short = True  # unless every worker finishes in time
-        if (timeout is None or timeout > 0) and not warmup and math.isfinite(self.request_rate):
+        opts = self.opts
+        if (timeout is None or timeout > 0) and not warmup and math.isfinite(opts.request_rate):
             for slot in self.slots[: min(self.concurrency, count)]:
                 free.put_nowait(slot)
             start = self.now()
-            offsets = arrivals.schedule(count, self.request_rate, self.burstiness, self.arrival_seed)
+            offsets = arrivals.schedule(count, opts.request_rate, opts.burstiness, opts.arrival_seed)
             tasks = [asyncio.create_task(arrival(i, start + offset)) for i, offset in enumerate(offsets)]
         elif timeout is None or timeout > 0:  # a spent bound sends nothing
             for slot in self.slots[: min(self.concurrency, count)]:
@@ -522,7 +331,7 @@ async def http_get(url: URL, path: str, timeout_s: float, authorization: str | N
         nonlocal conn
         conn = await http1.Connection.open(url.raw_host, url.port, tls=url.scheme == "https", timeout_s=timeout_s)
         auth = f"Authorization: {authorization}\r\n" if authorization else ""
-        conn.send(f"GET {path} HTTP/1.1\r\nHost: {_host(url)}\r\nUser-Agent: pytest-s2st\r\nAccept: application/json"
+        conn.send(f"GET {path} HTTP/1.1\r\nHost: {host_header(url)}\r\nUser-Agent: pytest-s2st\r\nAccept: application/json"
                   f"\r\nAccept-Encoding: identity\r\n{auth}Connection: close\r\n\r\n".encode())
         resp = await conn.response(timeout_s)
         seen.head_read(resp.status, resp.content_type)
@@ -612,52 +421,12 @@ def _check_workload(workload: list[dict]) -> None:
                             f"({type(exc).__name__}: {short(str(exc))})") from None
 
 
-def _check_args(workload: list[dict], concurrency: int, warmups: int, requests: int | None, timeout_s: float,
-                total_timeout_s: float | None, max_audio_s: float, extra: dict | None, protocol: str = oa.OWN,
-                sample_rate: int = oa.DEFAULT_SAMPLE_RATE, request_rate: float = math.inf,
-                burstiness: float = 1.0) -> None:
-    _check_workload(workload)
-    if protocol not in oa.PROTOCOLS:
-        raise S2STError(f"protocol={protocol!r}: expected one of {', '.join(oa.PROTOCOLS)}")
-    try:
-        oa.check_rate(sample_rate, "run_load")
-        arrivals.parse_rate(request_rate)
-        arrivals.parse_burstiness(burstiness)
-    except ValueError as exc:
-        raise S2STError(f"run_load: {exc}") from None
-    if concurrency < 1 or warmups < 0 or (requests is not None and requests < 0):
-        raise S2STError(f"concurrency={concurrency}, warmups={warmups}, requests={requests}: out of range")
-    if timeout_s <= 0 or (total_timeout_s is not None and total_timeout_s <= 0):
-        raise S2STError(f"timeout_s={timeout_s}, total_timeout_s={total_timeout_s}: must be positive")
-    if isinstance(max_audio_s, bool) or not isinstance(max_audio_s, (int, float)) or not (
-            math.isfinite(max_audio_s) and max_audio_s > 0):
-        raise S2STError(f"max_audio_s={max_audio_s!r}: must be a positive number of seconds")
-    clash = sorted(set(extra or {}) & set(_LEVEL_KEYS))
-    if clash:
-        raise S2STError(f"run_load extra: {', '.join(clash)} are written by the load generator itself")
-
-
-def _check_openai(extra_body: dict | None, protocol: str) -> dict:
-    """The request fields merged into every OpenAI request, checked; a bad API key refused before anything is sent."""
-    if extra_body is not None:
-        try:
-            extra_body = oa.parse_extra_body(extra_body)
-        except ValueError as exc:
-            raise S2STError(f"run_load extra_body: {exc}") from None
-    if protocol == oa.OPENAI:
-        try:
-            oa.authorization()
-        except ValueError as exc:
-            raise S2STError(str(exc)) from None
-    return dict(extra_body or {})
-
-
-async def _server_facts(url: URL, protocol: str, extra_body: dict,
+async def _server_facts(url: URL, protocol: wire.Protocol, extra_body: dict,
                         timeout_s: float) -> tuple[dict | None, str | None, str | None, str | None]:
     """(identity, why there is none, model, where it came from), fetched untimed before the load."""
     model, model_source = None, None
     identity, identity_error = await fetch_identity(url, min(timeout_s, 5.0))
-    if protocol == oa.OPENAI:
+    if protocol.sends_model:
         if "model" in extra_body:
             model, model_source = extra_body["model"], "extra_body"
         else:
@@ -678,81 +447,46 @@ def set_rates(summary: dict, records: list[dict], count: int, wall: float | None
         summary.setdefault("reasons", {})["achieved_rate"] = why
 
 
-async def run_load(
-    endpoint: str,
-    workload: list[dict],
-    concurrency: int,
-    *,
-    out_dir: Path,
-    warmups: int = 1,
-    timeout_s: float = 30.0,
-    total_timeout_s: float | None = None,
-    requests: int | None = None,
-    read_timeout_s: float | None = None,
-    targets: dict | None = None,
-    extra: dict[str, Any] | None = None,
-    max_audio_s: float = MAX_AUDIO_S,
-    protocol: str = oa.OWN,
-    extra_body: dict | None = None,
-    sample_rate: int = oa.DEFAULT_SAMPLE_RATE,
-    request_rate: float = math.inf,
-    burstiness: float = 1.0,
-    arrival_seed: int = arrivals.DEFAULT_SEED,
-    transport: str = "http1",
-) -> LoadResult:
+async def run_load(endpoint: str, workload: list[dict], concurrency: int, options: LoadOptions | None = None, *,
+                   out_dir: Path, **fields: Any) -> LoadResult:
     """Warm-ups, then ``requests`` (default: one pass over the workload) measured requests.
 
     ``endpoint``: http(s)://host:port, the protocol's path (/v1/audio/speech) when none is given;
-    it is saved, and compared, as runs.normalize_endpoint spells it.
-    ``timeout_s`` bounds each whole request; ``read_timeout_s`` (default timeout_s) bounds each
-    read (a stall); ``total_timeout_s`` bounds the whole run, cancelled requests recorded as errors.
-    ``max_audio_s`` (default 600) bounds the audio of one response: more than max_audio_s *
-    sample_rate * 2 bytes of PCM is that request's error, and so is an SSE event, HTTP chunk or
-    event count no response within it needs (see Limits); the client's memory stays bounded.
-    ``extra`` (e.g. {"policy": ..., "policy_fingerprint": ...}) is merged into this level's entry of
-    summary.json, which run_load alone writes, once.
-    ``protocol``: "s2st" (this project's SSE dialect) or "openai" (OpenAI's speech API: ``extra_body``
-    merged into every request; raw PCM answers at ``sample_rate`` unless their Content-Type names a
-    rate; the model: extra_body["model"], else GET /v1/models' first id, else none sent).
-    ``request_rate`` (req/s; inf = closed loop) and ``burstiness`` (gamma shape) make the measured
-    phase open-loop (arrivals.schedule, seeded by ``arrival_seed``); warm-ups stay closed-loop.
-    ``transport``: "http1" (http1.py, one keep-alive socket per worker) or "aiohttp" (aiohttp's client,
-    a connection pool of ``concurrency``): the same load over either, for their comparison.
+    it is saved, and compared, as runs.normalize_endpoint spells it. How the load runs is ``options``
+    (a LoadOptions, see there), each of its fields also accepted as a keyword (``timeout_s=5.0``,
+    ``protocol="openai"``, ...) over it. The level's entry of summary.json, which run_load alone
+    writes, once, gets ``options.extra`` (e.g. {"policy": ..., "policy_fingerprint": ...}) merged in.
     """
-    if transport not in ("http1", "aiohttp"):
-        raise S2STError(f"transport={transport!r}: expected http1 or aiohttp")
-    _check_args(workload, concurrency, warmups, requests, timeout_s, total_timeout_s, max_audio_s, extra,
-                protocol, sample_rate, request_rate, burstiness)
-    extra_body = _check_openai(extra_body, protocol)
-    request_rate, burstiness = float(request_rate), float(burstiness)  # "inf" (the settings' spelling) too
+    opts = LoadOptions.of(options, **fields)
+    _check_workload(workload)
+    opts = opts.checked(concurrency, _LEVEL_KEYS)
+    protocol = wire.protocol(opts.protocol)
     url = speech_url(endpoint)
     endpoint = str(url)
     out_dir = Path(out_dir)
     (out_dir / runs.WAV_DIR).mkdir(parents=True, exist_ok=True)
     _check_out_dir(out_dir, concurrency)
-    count = len(workload) if requests is None else requests
-    read_timeout_s = timeout_s if read_timeout_s is None else read_timeout_s
+    count = len(workload) if opts.requests is None else opts.requests
 
     started_wall, t0 = time.time(), time.perf_counter()
-    deadline = None if total_timeout_s is None else t0 + total_timeout_s
-    identity, identity_error, model, model_source = await _server_facts(url, protocol, extra_body, timeout_s)
-    run = _Run(url, concurrency, out_dir, timeout_s, read_timeout_s, t0, max_audio_s, protocol=protocol,
-               extra_body=extra_body, sample_rate=sample_rate, model=model, request_rate=request_rate,
-               burstiness=burstiness, arrival_seed=arrival_seed, transport=transport)
-    timed_out, warmup_wall, wall = await run.measure(workload, warmups, count, deadline)
+    deadline = None if opts.total_timeout_s is None else t0 + opts.total_timeout_s
+    identity, identity_error, model, model_source = await _server_facts(url, protocol, opts.extra_body,
+                                                                        opts.timeout_s)
+    run = _Run(url, concurrency, out_dir, opts, t0, model)
+    timed_out, warmup_wall, wall = await run.measure(workload, opts.warmups, count, deadline)
 
-    summary = summarize(run.records, wall, targets)
-    set_rates(summary, run.records, count, wall, request_rate)
+    summary = summarize(run.records, wall, opts.targets)
+    set_rates(summary, run.records, count, wall, opts.request_rate)
     level = {
-        "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": warmups, "requests": count,
-        "timeout_s": timeout_s, "read_timeout_s": read_timeout_s, "total_timeout_s": total_timeout_s,
-        "max_audio_s": max_audio_s, "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0,
-        "identity_error": identity_error, "protocol": protocol,
-        "request_rate": summary["request_rate"], "burstiness": "inf" if math.isinf(burstiness) else float(burstiness), "arrival_seed": arrival_seed,
-        "arrivals_method": None if math.isinf(request_rate) else arrivals.METHOD,
-        **({"extra_body": extra_body, "sample_rate": sample_rate, "model": model, "model_source": model_source}
-           if protocol == oa.OPENAI else {}),
-        **(extra or {}),
+        "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": opts.warmups, "requests": count,
+        "timeout_s": opts.timeout_s, "read_timeout_s": opts.read_timeout_s, "total_timeout_s": opts.total_timeout_s,
+        "max_audio_s": opts.max_audio_s, "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0,
+        "identity_error": identity_error, "protocol": opts.protocol,
+        "request_rate": summary["request_rate"],
+        "burstiness": "inf" if math.isinf(opts.burstiness) else opts.burstiness, "arrival_seed": opts.arrival_seed,
+        "arrivals_method": None if math.isinf(opts.request_rate) else arrivals.METHOD,
+        **protocol.level_entry(opts, model, model_source),
+        **(opts.extra or {}),
     }
     runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity, extra=level)
     return LoadResult(

@@ -1,11 +1,11 @@
-"""The load generator's readers, one per wire format, chosen by (protocol, Content-Type) in ``READERS``.
+"""The load generator's readers, one per answer shape, chosen by the protocol object (wire.py) by Content-Type.
 
 A reader takes a ``Stream`` (one 200 response: its body's pieces as they arrive, the record to fill, the
 sink its PCM goes to, the bounds) and fills the record: audio arrivals ``chunks`` [t, nbytes] stamped
 when each body piece is read, ``first_audio_t`` at the piece that completes the first whole int16
 sample, ``done_t``, ``sample_rate``, ``streaming`` and ``server_done`` (what the server says it sent:
 samples / sample_rate / pcm_sha256, checked later), or raises ``Fail`` with the request's reason.
-A new wire format is one new reader and one row of the table.
+A new wire format is a protocol object in wire.py naming its readers; an SSE one needs only an ``SseDialect``.
 
 - own SSE ("s2st"): {"type": "audio", "pcm": base64, "sample_rate"} events, then {"type": "done", ...};
 - OpenAI SSE: speech.audio.delta (base64 "audio") events, then speech.audio.done (or [DONE]);
@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
@@ -393,20 +392,6 @@ def short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def expected(protocol: str) -> str:
-    """The event types a protocol's SSE answer must hold, for reasons."""
-    types = f"{oa.DELTA}/{oa.DONE}" if protocol == oa.OPENAI else "audio/done"
-    return f"{types} for protocol {protocol}"
-
-
-def hint_events(protocol: str, names: Any) -> str:
-    """Event names (repr'd) that belong to the other protocol -> a hint to switch."""
-    other = oa.OPENAI if protocol == oa.OWN else oa.OWN
-    looks_other = (any(t.startswith("'speech.") for t in names) if protocol == oa.OWN
-                   else any(t in ("'audio'", "'done'") for t in names))
-    return f" (this server may speak protocol {other}: try --s2st-protocol {other})" if looks_other else ""
-
-
 class Body:
     """What a reader needs of a transport's response: its Content-Type, its headers (lower-case names),
     its body's pieces as they arrive, and a bound on one HTTP chunk's announced size that it may tighten."""
@@ -425,7 +410,7 @@ class Stream:
     record: dict
     pcm: AudioSink
     seen: Seen
-    protocol: str
+    protocol: Any  # the wire.Protocol being read: its reasons name what it expected
     limits: Limits
     sample_rate: int  # raw PCM answers that do not name their rate
     now: Callable[[], float]
@@ -488,10 +473,10 @@ class Stream:
     def no_done(self, done: str) -> None:
         """The body ended (as its framing says) without the done event: why, as far as the body shows."""
         if not self.record["chunks"] and self.seen.foreign:
-            raise Fail(f"expected SSE events of type {expected(self.protocol)}; got events of type "
-                       f"{', '.join(self.seen.foreign)}{hint_events(self.protocol, self.seen.foreign)}")
+            raise Fail(f"expected SSE events of type {self.protocol.expected()}; got events of type "
+                       f"{', '.join(self.seen.foreign)}{self.protocol.hint(self.seen.foreign)}")
         if not self.seen.events:
-            raise Fail(f"no events of the expected type ({expected(self.protocol)}) in a response that ended "
+            raise Fail(f"no events of the expected type ({self.protocol.expected()}) in a response that ended "
                        f"cleanly ({self.seen.first_bytes()})")
         raise Fail(f"stream ended before the {done} event (server closed mid-stream)")
 
@@ -511,111 +496,160 @@ def _parse(raw: bytes) -> dict:
     return event
 
 
-def _own_audio(s: Stream, event: dict, t: float, streamed: int | None = None) -> None:
-    """An audio event; ``streamed``: its PCM (that many bytes) already went to the sink as it arrived."""
-    if streamed is not None:
-        chunk: bytes | None = None
-    else:
-        try:
-            chunk = base64.b64decode(event["pcm"], validate=True)
-        except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
-            raise Fail(f"malformed audio event {short(event.get('index'))}: 'pcm' is not base64") from None
-    rate = event.get("sample_rate")
-    if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE:
-        raise Fail(f"malformed audio event {short(event.get('index'))}: sample_rate {short(rate)}")
-    record = s.record
-    if record["sample_rate"] not in (None, rate):
-        raise Fail(f"sample_rate changed mid-stream: {record['sample_rate']} -> {rate}")
-    n = streamed if chunk is None else len(chunk)
-    if n % 2:
-        raise Fail(f"audio event {short(event.get('index'))}: {n} bytes is not whole int16 samples")
-    cap = s.limits.at(rate)[0]
-    if s.pcm.size + (0 if chunk is None else n) > cap:
-        raise Fail(f"response audio passed max_audio_s={s.limits.max_audio_s:g} ({cap} bytes at {rate} Hz)")
-    record["sample_rate"] = rate
-    if chunk is not None:
-        s.pcm.add(chunk)
-    record["chunks"].add(t, n)
-    if n and record["first_audio_t"] is None:
-        record["first_audio_t"] = t
+class SseDialect:
+    """One protocol's SSE events, as ``read_sse`` needs them: the field holding an event's base64 audio
+    (``key``), the name of its done event, the rate before the stream names one, how an event object is
+    classified ("audio" | "done" | "error" | "other"), what an audio event does, and what the done says."""
+    key = "pcm"
+    done = "done"
+
+    def first_rate(self, s: Stream) -> int | None:
+        return None
+
+    def parse(self, raw: bytes) -> dict:
+        return _parse(raw)
+
+    def classify(self, event: dict, streamed: int | None) -> tuple[str, Any]:
+        raise NotImplementedError
+
+    def audio(self, s: Stream, events: "Events", event: dict, value: Any, t: float, streamed: int | None) -> None:
+        raise NotImplementedError
+
+    def finish(self, s: Stream, events: "Events", done: dict) -> None:
+        raise NotImplementedError
 
 
-async def read_own_sse(s: Stream) -> None:
-    """This project's SSE: audio events (base64 PCM, their rate), then the done event (samples, hash)."""
-    events = Events(s.limits, "pcm")
-    events.on_audio = s.streamed(events, lambda: s.record["sample_rate"])
-    s.body.max_chunk_bytes = s.limits.at(None)[2]
+def _follow_rate(s: Stream, events: "Events", rate: int | None) -> None:
+    """The stream's rate is known (or changed before any audio): the bounds follow it."""
+    events.rate = rate
+    _, events.limit, s.body.max_chunk_bytes = s.limits.at(rate)
+
+
+async def read_sse(s: Stream, dialect: SseDialect) -> None:
+    """An SSE answer of any protocol: audio events, then the done event (``dialect`` says which is which)."""
+    events = Events(s.limits, dialect.key)
+    events.on_audio = s.streamed(events, lambda: events.rate)
+    _follow_rate(s, events, dialect.first_rate(s))
     record, done = s.record, None
     async for t, raw in s.events(events):
         streamed = None
         if isinstance(raw, Streamed):
             event, streamed = raw.event, raw.audio_bytes
-            if event.get("type") != "audio" and streamed:
-                raise Fail(f"an SSE event of type {event_name(event)} carried {streamed} bytes in its 'pcm'")
         else:
-            event = _parse(raw)
-        kind = event.get("type")
+            event = dialect.parse(raw)
+        kind, value = dialect.classify(event, streamed)
+        if kind != "audio" and streamed:
+            raise Fail(f"an SSE event of type {event_name(event)} carried {streamed} bytes in its {dialect.key!r}")
         if kind == "audio":
-            rate = record["sample_rate"]
-            _own_audio(s, event, t, streamed)
-            if rate is None:  # the stream named its rate: the bounds follow it
-                events.rate = record["sample_rate"]
-                _, events.limit, s.body.max_chunk_bytes = s.limits.at(events.rate)
-        elif kind == "done":
-            record["done_t"] = t
-            done = events.done = event
-        elif kind == "error":
-            raise Fail(f"server error event: {str(event.get('message'))[:300]}")
-        else:
-            s.seen.other(event_name(event))  # another protocol's events: named if no audio comes
-    if done is None:
-        s.no_done("done")
-    record["streaming"] = done.get("streaming")
-    record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
-
-
-# --- OpenAI's speech API: SSE, raw PCM, WAV ------------------------------------------------------------------
-
-async def read_openai_sse(s: Stream) -> None:
-    """OpenAI's speech SSE: speech.audio.delta (base64 PCM) events, then speech.audio.done."""
-    events = Events(s.limits, "audio")
-    rate = events.rate = s.sample_rate
-    events.on_audio = s.streamed(events, lambda: rate)
-    _, events.limit, s.body.max_chunk_bytes = s.limits.at(rate)
-    record, done = s.record, None
-    async for t, raw in s.events(events):
-        try:
-            if isinstance(raw, Streamed):
-                kind, value = oa.classify(raw.event, raw.audio_bytes)
-                if kind != "delta" and raw.audio_bytes:
-                    raise Fail(f"an SSE event of type {event_name(raw.event)} carried {raw.audio_bytes} bytes "
-                               f"in its 'audio'")
-            else:
-                kind, value = oa.parse_event(raw)
-        except ValueError as exc:
-            raise Fail(str(exc)) from None
-        if kind == "delta":
-            chunk, named = value
-            if named is not None and named != rate:
-                if record["chunks"]:
-                    raise Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
-                rate = events.rate = named
-                _, events.limit, s.body.max_chunk_bytes = s.limits.at(rate)
-            record["sample_rate"] = rate
-            if chunk:
-                s.audio(chunk, t, rate)
+            dialect.audio(s, events, event, value, t, streamed)
         elif kind == "done":
             record["done_t"] = t
             done = events.done = value
         elif kind == "error":
             raise Fail(f"server error event: {value}")
         else:
-            s.seen.other(event_name(raw.event if isinstance(raw, Streamed) else json.loads(raw)))
+            s.seen.other(event_name(event))  # another protocol's events: named if no audio comes
     if done is None:
-        s.no_done(oa.DONE)
-    record["sample_rate"] = rate
-    s.whole_samples("SSE audio")
-    record["server_done"] = {}  # OpenAI's answers carry no sample count or hash to check
+        s.no_done(dialect.done)
+    dialect.finish(s, events, done)
+
+
+class OwnSse(SseDialect):
+    """This project's SSE: audio events (base64 "pcm", their rate), then the done event (samples, hash)."""
+
+    def classify(self, event: dict, streamed: int | None) -> tuple[str, Any]:
+        kind = event.get("type")
+        if kind in ("audio", "done"):
+            return kind, event
+        if kind == "error":
+            return "error", str(event.get("message"))[:300]
+        return "other", None
+
+    def audio(self, s: Stream, events: "Events", event: dict, value: Any, t: float, streamed: int | None) -> None:
+        """An audio event; ``streamed``: its PCM (that many bytes) already went to the sink as it arrived."""
+        if streamed is not None:
+            chunk: bytes | None = None
+        else:
+            try:
+                chunk = base64.b64decode(event["pcm"], validate=True)
+            except (KeyError, TypeError, ValueError):  # ValueError: binascii.Error, or non-ASCII text
+                raise Fail(f"malformed audio event {short(event.get('index'))}: 'pcm' is not base64") from None
+        rate = event.get("sample_rate")
+        if isinstance(rate, bool) or not isinstance(rate, int) or not 0 < rate <= _MAX_RATE:
+            raise Fail(f"malformed audio event {short(event.get('index'))}: sample_rate {short(rate)}")
+        record = s.record
+        if record["sample_rate"] not in (None, rate):
+            raise Fail(f"sample_rate changed mid-stream: {record['sample_rate']} -> {rate}")
+        n = streamed if chunk is None else len(chunk)
+        if n % 2:
+            raise Fail(f"audio event {short(event.get('index'))}: {n} bytes is not whole int16 samples")
+        cap = s.limits.at(rate)[0]
+        if s.pcm.size + (0 if chunk is None else n) > cap:
+            raise Fail(f"response audio passed max_audio_s={s.limits.max_audio_s:g} ({cap} bytes at {rate} Hz)")
+        named = record["sample_rate"] is None
+        record["sample_rate"] = rate
+        if chunk is not None:
+            s.pcm.add(chunk)
+        record["chunks"].add(t, n)
+        if n and record["first_audio_t"] is None:
+            record["first_audio_t"] = t
+        if named:  # the stream named its rate: the bounds follow it
+            _follow_rate(s, events, rate)
+
+    def finish(self, s: Stream, events: "Events", done: dict) -> None:
+        s.record["streaming"] = done.get("streaming")
+        s.record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
+
+
+class OpenAISse(SseDialect):
+    """OpenAI's speech SSE: speech.audio.delta (base64 "audio") events, then speech.audio.done (or [DONE])."""
+    key = "audio"
+    done = oa.DONE
+
+    def first_rate(self, s: Stream) -> int | None:
+        return s.sample_rate
+
+    def parse(self, raw: bytes) -> dict:
+        if raw.strip() == b"[DONE]":  # the chat API's end marker: some servers end speech streams with it too
+            return {"type": oa.DONE}
+        return _parse(raw)
+
+    def classify(self, event: dict, streamed: int | None) -> tuple[str, Any]:
+        try:
+            kind, value = oa.classify(event, streamed)
+        except ValueError as exc:
+            raise Fail(str(exc)) from None
+        return ("audio" if kind == "delta" else kind), value
+
+    def audio(self, s: Stream, events: "Events", event: dict, value: Any, t: float, streamed: int | None) -> None:
+        chunk, named = value
+        rate = events.rate
+        if named is not None and named != rate:
+            if s.record["chunks"]:
+                raise Fail(f"sample_rate changed mid-stream: {rate} -> {named}")
+            rate = named
+            _follow_rate(s, events, rate)
+        s.record["sample_rate"] = rate
+        if chunk:
+            s.audio(chunk, t, rate)
+
+    def finish(self, s: Stream, events: "Events", done: dict) -> None:
+        s.record["sample_rate"] = events.rate
+        s.whole_samples("SSE audio")
+        s.record["server_done"] = {}  # OpenAI's answers carry no sample count or hash to check
+
+
+OWN_SSE, OPENAI_SSE = OwnSse(), OpenAISse()
+
+
+async def read_own_sse(s: Stream) -> None:
+    """This project's SSE (``OwnSse``)."""
+    await read_sse(s, OWN_SSE)
+
+
+async def read_openai_sse(s: Stream) -> None:
+    """OpenAI's speech SSE (``OpenAISse``)."""
+    await read_sse(s, OPENAI_SSE)
 
 
 async def read_raw_pcm(s: Stream) -> None:
@@ -666,13 +700,3 @@ async def read_wav(s: Stream) -> None:
     if s.pcm.size:
         s.record["chunks"].add(t, s.pcm.size)
         s.record["first_audio_t"] = t
-
-
-# (protocol, Content-Type) -> reader; a Content-Type not in a protocol's row is that request's error
-READERS: dict[str, dict[str, Reader]] = {
-    oa.OWN: {oa.SSE_TYPE: read_own_sse},
-    oa.OPENAI: {oa.SSE_TYPE: read_openai_sse, **dict.fromkeys(oa.PCM_TYPES, read_raw_pcm),
-                **dict.fromkeys(oa.WAV_TYPES, read_wav)},
-}
-# what each protocol's error says it expected, when the Content-Type has no reader
-WANTED = {oa.OWN: "SSE audio events (text/event-stream)", oa.OPENAI: "raw PCM, SSE audio events or a WAV"}
