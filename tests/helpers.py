@@ -1,6 +1,7 @@
 """Shared builders for pytester sessions: a tiny callable model, an npy dataset, a config."""
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -90,20 +91,42 @@ def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
 
 
 TONE_PY = '''
+import time
+
 import numpy as np
 
 def make():
     """Text in, speech out: 100 samples of a constant per character, at 8 kHz."""
     return lambda sample: {"waveform": np.full(len(sample["text"]) * 100, 0.2, np.float32), "sample_rate": 8000}
+
+def build_tone(sample_rate=16000, delay_s=0.0):
+    """A speech-producing callable: a sine whose length follows the text (a stand-in TTS with real WAV output)."""
+    def forward(sample):
+        if delay_s:
+            time.sleep(delay_s)
+        n = int(sample_rate * (0.2 + 0.02 * len(sample["text"])))
+        t = np.arange(n) / sample_rate
+        return {"waveform": (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), "sample_rate": sample_rate}
+    return forward
 '''
 
+TONE_WORKLOAD = [{"id": f"u{i}", "text": "hello world" * (i + 1), "language": "en", "voice": "a", "seed": i}
+                 for i in range(4)]
 
-def write_tone_case(root: Path, name: str = "tts", model_type: str = "callable", general_extra: str = "") -> Path:
-    """A config whose one stage turns text into speech (tone.py:make in root), for the reference server."""
+
+def write_tone_case(root: Path, name: str = "tts", model_type: str = "callable", general_extra: str = "",
+                    service: bool = False) -> Path:
+    """A config whose one stage turns text into speech (tone.py in root), for the reference server: ``make``
+    (100 samples of a constant per character at 8 kHz), or with ``service`` ``build_tone`` (a 220 Hz sine
+    whose length follows the text, 16 kHz) with a workload of 4 items (wl.jsonl), concurrency [1, 2] and
+    one warm-up, as a service benchmark runs it. ``general_extra``: more lines of the general section."""
     (root / "tone.py").write_text(TONE_PY)
     body = f"general:\n  name: {name}\n  model_type: {model_type}\n"
+    if service:
+        (root / "wl.jsonl").write_text("".join(json.dumps(item) + "\n" for item in TONE_WORKLOAD))
+        body += "  workload: wl.jsonl\n  concurrency: [1, 2]\n  warmup: 1\n"
     body += textwrap.indent(textwrap.dedent(general_extra), "  ") if general_extra else ""
-    body += "stage1:\n  entry: tone.py:make\n"
+    body += f"stage1:\n  entry: tone.py:{'build_tone' if service else 'make'}\n"
     path = root / f"{name}.yaml"
     path.write_text(body)
     return path

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_s2st.cli.assess import main
 from pytest_s2st.quality import Policy
-from test_quality_verdict import ANCHOR_TEXT, EN_ITEMS, VOICES, espeak, make_run, scores_for
+from espeak_runs import ANCHOR_TEXT, EN_ITEMS, VOICES, espeak, make_run, scores_for
 
 POLICY = Policy.from_mapping({"scorer_id": "sid-1", "max_error_rate_increase": 0.1, "max_speaker_drop": 0.1,
                               "max_duration_change_pct": 20}, "test")

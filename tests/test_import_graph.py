@@ -107,3 +107,16 @@ def test_plugin_modules_do_not_import_each_other():
     graph = import_graph()
     assert "pytest_s2st.plugin_service" not in graph["pytest_s2st.plugin"]
     assert "pytest_s2st.plugin" not in graph["pytest_s2st.plugin_service"]
+
+
+def test_no_test_module_imports_another():
+    """Shared test helpers live in helper modules (tests/helpers.py, loopback.py, espeak_runs.py, hostile.py),
+    never in a test module: importing one would collect (and run) its tests' module-level code twice."""
+    tests = Path(__file__).parent
+    offenders = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not offenders, offenders

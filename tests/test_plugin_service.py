@@ -9,20 +9,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-TONE_PY = '''
-import numpy as np
-
-def build_tone(sample_rate=16000, delay_s=0.0):
-    """A speech-producing callable: a sine whose length follows the text (a stand-in TTS with real WAV output)."""
-    import time
-    def forward(sample):
-        if delay_s:
-            time.sleep(delay_s)
-        n = int(sample_rate * (0.2 + 0.02 * len(sample["text"])))
-        t = np.arange(n) / sample_rate
-        return {"waveform": (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), "sample_rate": sample_rate}
-    return forward
-'''
+from helpers import write_tone_case
+from loopback import server_thread, unused_port
 
 SERVICE_TEST = '''
 def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
@@ -30,19 +18,8 @@ def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
 '''
 
 
-def write_tone_case(root, extra=""):
-    (root / "tone.py").write_text(TONE_PY)
-    (root / "wl.jsonl").write_text("".join(
-        json.dumps({"id": f"u{i}", "text": "hello world" * (i + 1), "language": "en", "voice": "a", "seed": i}) + "\n"
-        for i in range(4)))
-    cfg = root / "tone.yaml"
-    cfg.write_text("general:\n  name: tone\n  model_type: callable\n  workload: wl.jsonl\n  concurrency: [1, 2]\n"
-                   f"  warmup: 1\n{extra}stage1:\n  entry: tone.py:build_tone\n")
-    return cfg
-
-
 def test_service_levels_table_json_and_evidence(pytester):
-    cfg = write_tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     pytester.makepyfile(test_service=SERVICE_TEST)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-v",
                                            "--benchmark-json=out.json", "--s2st-plot=plots")
@@ -72,7 +49,7 @@ def test_service_levels_table_json_and_evidence(pytester):
 
 
 def test_external_endpoint_and_a_server_killed_mid_run_is_inconclusive(pytester, tmp_path):
-    cfg = write_tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     identity = tmp_path / "id.json"
     server = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--demo-delay-s", "0.3",
                                "--port", "0", "--identity-output", str(identity)])
@@ -103,7 +80,7 @@ def test_service_tests_run_only_on_cases_that_serve_speech(pytester):
     """A service benchmark parametrizes over the cases a speech service can serve: a text-only or
     feature-in case (known model type, or general.serves_speech: false) is left out of it, not run into
     one HTTP 500 per request; the inference benchmark still runs on every case."""
-    tone = write_tone_case(pytester.path)
+    tone = write_tone_case(pytester.path, "tone", service=True)
     frames = pytester.path / "frames.yaml"
     frames.write_text("general:\n  name: frames\n  model_type: callable\n  serves_speech: false\n"
                       "stage1:\n  entry: tone.py:build_tone\n")
@@ -166,7 +143,7 @@ def test_command_line_overrides_reach_the_reference_server(pytester):
 
 def test_service_budgets_judge_the_levels_statistics(pytester):
     """s2st_budget(<metric>_<stat>=...) on a service benchmark reads that statistic of the level."""
-    cfg = write_tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     pytester.makepyfile(test_service='''
 import pytest
 
@@ -190,7 +167,7 @@ def test_within(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
 
 def test_a_case_name_with_slashes_stays_under_the_evidence_root(pytester, tmp_path):
     """general.name '../../fast/v2': the reference server starts, every file lands under the root."""
-    cfg = write_tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     cfg.write_text(cfg.read_text().replace("name: tone", "name: ../../fast/v2"))
     pytester.makepyfile(test_service=SERVICE_TEST)
     root = tmp_path / "deep" / "er" / "ev"
@@ -208,7 +185,7 @@ def test_a_case_name_with_slashes_stays_under_the_evidence_root(pytester, tmp_pa
 def test_external_endpoint_given_as_a_base_url(pytester, tmp_path):
     """The README's own example, --s2st-endpoint http://127.0.0.1:PORT (and with a trailing /), against
     a healthy server: every request succeeds, and the JSON shows the one normalised endpoint."""
-    cfg = write_tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     identity = tmp_path / "id.json"
     server = subprocess.Popen([sys.executable, "-m", "pytest_s2st.cli.serve", "--demo-tone", "--port", "0",
                                "--identity-output", str(identity)])
@@ -257,8 +234,6 @@ def test_external_endpoint_without_a_config_is_one_case_named_from_the_server(py
     data = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st_service"]
     assert data["summary"]["n_ok"] == 2
 
-    from test_service_faults import unused_port
-
     down = unused_port()
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-endpoint=http://127.0.0.1:{down}",
                                            "--collect-only", "-q")
@@ -269,7 +244,6 @@ def test_external_case_name_asks_models_then_identity(tmp_path):
     from aiohttp import web
 
     from pytest_s2st.service.bench import external_case_name
-    from test_service_openai_errors import server_thread
 
     with server_thread(lambda request: None) as base:  # IDENTITY's case id, served as the model
         assert external_case_name(base) == ("external-callable-tone", "GET /v1/models")

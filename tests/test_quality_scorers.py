@@ -17,7 +17,7 @@ import pytest
 from pytest_s2st.quality import FAIL, INCONCLUSIVE, PASS, Policy, assess, pcm_sha256
 from pytest_s2st.quality.scorers import (PocketSphinxASR, Scorer, WhisperDirASR, error_rate, get_scorer,
                                          normalize_text)
-from test_quality_verdict import ANCHOR_TEXT, EN_ITEMS, VOICES, ZH_ITEMS, espeak, make_run, records
+from espeak_runs import ANCHOR_TEXT, EN_ITEMS, VOICES, ZH_ITEMS, espeak, make_run, records
 
 LIMITS = {"max_error_rate_increase": 0.2, "max_speaker_drop": 0.1, "max_duration_change_pct": 20}
 

@@ -8,18 +8,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import socket
-import time
 
 import pytest
 from aiohttp import web
 
+import loopback
+from loopback import PCM, assert_every_request_failed, unused_port
 from pytest_s2st import runs
-from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.server import sse_event
 
-WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
-PCM = b"\x01\x00\xff\x7f"  # two int16 samples
 AUDIO = {"type": "audio", "index": 0, "pcm": base64.b64encode(PCM).decode(), "sample_rate": 8000}
 DONE = {"type": "done", "samples": 2, "sample_rate": 8000, "pcm_sha256": hashlib.sha256(PCM).hexdigest()}
 
@@ -96,79 +93,27 @@ async def stall_after_first_chunk(request):
     return resp
 
 
-async def stall_before_headers(request):
-    await asyncio.sleep(3600)
-    return web.Response()
-
-
-async def trickle_forever(request):
-    """Never silent long enough for the read timeout: only the whole-request timeout can end it."""
-    resp = await _sse(request)
-    while True:
-        await resp.write(b": keep-alive\n")
-        await asyncio.sleep(0.05)
-
-
 ROUTES = {f.__name__: f for f in (ok, http500, busy, close_abruptly, end_without_done, malformed_json,
                                   malformed_base64, non_ascii_base64, absurd_rate, odd_bytes, error_event, sha_mismatch, no_audio, not_sse,
-                                  stall_after_first_chunk, stall_before_headers, trickle_forever)}
+                                  stall_after_first_chunk)}
 
 
-async def misbehaving_server() -> tuple[web.AppRunner, str]:
+def routes() -> dict:
     counter = {"n": 0}
 
     async def every_other(request):  # alternate failure and success: the others must go on
         counter["n"] += 1
         return await (http500 if counter["n"] % 2 else ok)(request)
 
-    app = web.Application()
-    for name, handler in ROUTES.items():
-        app.router.add_post(f"/{name}", handler)
-    app.router.add_post("/every_other", every_other)
-
     async def every_other_too_long(request):  # 40 bytes of PCM against max_audio_s=0.001 (16 bytes at 8 kHz)
         counter["n"] += 1
         return await (_sse(request, *[AUDIO] * 10, DONE) if counter["n"] % 2 else ok(request))
 
-    app.router.add_post("/every_other_too_long", every_other_too_long)
-    runner, port = await serve_app(app, shutdown_timeout=0.2)
-    return runner, f"http://127.0.0.1:{port}"
+    return {**ROUTES, "every_other": every_other, "every_other_too_long": every_other_too_long}
 
 
-def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None = None, **kw):
-    kw = {"warmups": 0, "requests": 2, "timeout_s": 5.0, **kw}
-
-    async def main():
-        runner, base = await misbehaving_server()
-        try:
-            t = time.perf_counter()
-            result = await run_load(endpoint or f"{base}/{route}", WORKLOAD, kw.pop("concurrency", 1),
-                                    out_dir=tmp_path, **kw)
-            return result, time.perf_counter() - t
-        finally:
-            await runner.cleanup()
-
-    result, took = asyncio.run(asyncio.wait_for(main(), bound + 10))
-    assert took < bound, f"run took {took:.1f} s"
-    assert runs.read_records(tmp_path) == result.records
-    return result
-
-
-def assert_every_request_failed(result, out_dir, reason: str) -> None:
-    """Both requests of a faulty route: an error naming the reason, no audio kept, nothing averaged."""
-    assert [r["id"] for r in sorted(result.records, key=lambda r: r["index"])] == ["c1-r0", "c1-r1"]
-    for r in result.records:
-        assert r["status"] == "error" and reason in r["error"], r["error"]
-        assert r["pcm_sha256"] is None and r["audio_seconds"] is None
-        assert not runs.wav_path(out_dir, r["id"]).exists()
-    assert result.summary["error_rate"] == 1.0 and result.summary["ttfa_s"]["mean"] is None
-
-
-def unused_port() -> int:
-    """A loopback port nobody listens on (bound once, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def load(tmp_path, route: str | None, **kw):
+    return loopback.load(tmp_path, routes, route, protocol="s2st", **kw)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ bytes) and by the official ``openai`` SDK (the error class it raises). The own p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import threading
 import urllib.request
@@ -14,36 +13,10 @@ import numpy as np
 import openai
 import pytest
 
-from pytest_s2st.service.server import MAX_BODY_BYTES, demo_tone_synthesizer, make_app, serve_app
+from loopback import server_thread
+from pytest_s2st.service.server import MAX_BODY_BYTES, demo_tone_synthesizer
 
-IDENTITY = {"case_id": "callable-tone", "model_type": "callable"}
 SPEECH = "/v1/audio/speech"
-
-
-@contextlib.contextmanager
-def server_thread(synth, app=None, **kw):
-    """The speech app (or ``app``) on loopback, its event loop in a thread (the SDK is a blocking client):
-    yields the base URL."""
-    loop = asyncio.new_event_loop()
-    ready, box = threading.Event(), {}
-
-    def main():
-        asyncio.set_event_loop(loop)
-        box["runner"], port = loop.run_until_complete(
-            serve_app(app or make_app(synth, identity=IDENTITY, **kw), shutdown_timeout=0.5))
-        box["base"] = f"http://127.0.0.1:{port}"
-        ready.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=main, daemon=True)
-    thread.start()
-    assert ready.wait(20), "server did not start"
-    try:
-        yield box["base"]
-    finally:
-        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(20)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(20)
 
 
 def post_raw(base: str, path: str, **kw) -> tuple[int, str, dict, dict]:

@@ -14,16 +14,13 @@ import time
 import pytest
 from aiohttp import web
 
+import loopback
+from loopback import PCM, WORKLOAD, assert_every_request_failed, unused_port
 from pytest_s2st import runs
 from pytest_s2st.service import openai_api as oa
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.server import sse_event
 
-from test_service_faults import (assert_every_request_failed, stall_before_headers,  # protocol-blind servers
-                                 trickle_forever, unused_port)
-
-WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
-PCM = b"\x01\x00\xff\x7f"  # two int16 samples
 DELTA = {"type": oa.DELTA, "audio": base64.b64encode(PCM).decode()}
 DONE = {"type": oa.DONE}
 
@@ -125,10 +122,10 @@ async def endless_pcm(request):  # audio past max_audio_s, never ending
 ROUTES = {f.__name__: f for f in (
     ok, http500, busy, close_abruptly, sse_without_done, malformed_chunking, malformed_json, malformed_base64,
     odd_bytes, error_event, malformed_wav, stereo_wav, no_audio, html_page, own_protocol_events,
-    stall_after_first_chunk, stall_before_headers, trickle_forever, endless_pcm)}
+    stall_after_first_chunk, endless_pcm)}
 
 
-async def misbehaving_server() -> tuple[web.AppRunner, str]:
+def routes() -> dict:
     counter = {"n": 0}
 
     async def every_other(request):
@@ -138,44 +135,20 @@ async def misbehaving_server() -> tuple[web.AppRunner, str]:
     async def openai_shaped(request):  # an OpenAI server asked in the own protocol: raw PCM back
         return await _raw(request, PCM)
 
-    app = web.Application()
-    for name, handler in ROUTES.items():
-        app.router.add_post(f"/{name}", handler)
-    app.router.add_post("/every_other", every_other)
-    app.router.add_post("/openai_shaped", openai_shaped)
     async def openai_sse(request):
         return await _sse(request, DELTA, DONE)
-
-    app.router.add_post("/openai_sse", openai_sse)
 
     async def needs_key(request):  # a server started with an API key (vllm serve --api-key)
         if request.headers.get("Authorization") != "Bearer sk-test":
             return web.json_response({"error": {"message": "Unauthorized"}}, status=401)
         return await ok(request)
 
-    app.router.add_post("/needs_key", needs_key)
-    runner, port = await serve_app(app, shutdown_timeout=0.2)
-    return runner, f"http://127.0.0.1:{port}"
+    return {**ROUTES, "every_other": every_other, "openai_shaped": openai_shaped, "openai_sse": openai_sse,
+            "needs_key": needs_key}
 
 
-def load(tmp_path, route: str | None, bound: float = 15.0, endpoint: str | None = None, **kw):
-    kw = {"warmups": 0, "requests": 2, "timeout_s": 5.0, "protocol": "openai", "sample_rate": 8000,
-          "extra_body": {"model": "m"}, **kw}
-
-    async def main():
-        runner, base = await misbehaving_server()
-        try:
-            t = time.perf_counter()
-            result = await run_load(endpoint or f"{base}/{route}", WORKLOAD, kw.pop("concurrency", 1),
-                                    out_dir=tmp_path, **kw)
-            return result, time.perf_counter() - t
-        finally:
-            await runner.cleanup()
-
-    result, took = asyncio.run(asyncio.wait_for(main(), bound + 10))
-    assert took < bound, f"run took {took:.1f} s"
-    assert runs.read_records(tmp_path) == result.records
-    return result
+def load(tmp_path, route: str | None, protocol: str = "openai", **kw):
+    return loopback.load(tmp_path, routes, route, protocol=protocol, **kw)
 
 
 def test_ok_raw_pcm_split_sample(tmp_path):

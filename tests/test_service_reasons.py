@@ -11,15 +11,12 @@ import re
 import pytest
 from aiohttp import web
 
+import loopback
+from loopback import PCM, unused_port
 from pytest_s2st import runs
 from pytest_s2st.service import openai_api as oa
-from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.server import sse_event
 
-from test_service_faults import unused_port
-
-WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
-PCM = b"\x01\x00\xff\x7f"  # two int16 samples
 OWN_AUDIO = {"type": "audio", "index": 0, "pcm": base64.b64encode(PCM).decode(), "sample_rate": 8000}
 OWN_EXPECTED = "audio/done for protocol s2st"
 OPENAI_EXPECTED = f"{oa.DELTA}/{oa.DONE} for protocol openai"
@@ -80,23 +77,8 @@ ROUTES = {f.__name__: f for f in (no_events, empty_sse, typeless_events, own_eve
                                    openai_events_forever, pcm_split_at_one_byte, http500)}
 
 
-def load(tmp_path, route: str | None, protocol: str, endpoint: str | None = None, **kw):
-    kw = {"warmups": 0, "requests": 2, "timeout_s": 5.0, **kw}
-
-    async def main():
-        app = web.Application()
-        for name, handler in ROUTES.items():
-            app.router.add_post(f"/{name}", handler)
-        runner, port = await serve_app(app, shutdown_timeout=0.2)
-        try:
-            return await run_load(endpoint or f"http://127.0.0.1:{port}/{route}", WORKLOAD, 1, out_dir=tmp_path,
-                                  protocol=protocol, **kw)
-        finally:
-            await runner.cleanup()
-
-    result = asyncio.run(asyncio.wait_for(main(), 30))
-    assert runs.read_records(tmp_path) == result.records
-    return result
+def load(tmp_path, route: str | None, protocol: str, **kw):
+    return loopback.load(tmp_path, lambda: ROUTES, route, protocol=protocol, bound=None, **kw)  # not serial: no wall bound
 
 
 def errors(result) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 from pytest_s2st.errors import S2STError
 from pytest_s2st.quality.scorers import Scorer, WhisperDirASR, get_scorer
 from pytest_s2st.tiny.whisper_tiny import build_tiny_whisper
-from test_quality_verdict import EN_ITEMS, ZH_ITEMS, make_run, records
+from espeak_runs import EN_ITEMS, ZH_ITEMS, make_run, records
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from pytest_s2st.cli import merge as merge_cli
 from pytest_s2st.distribute import MAX_RUN_BYTES, merge_saved_runs, parse_shard, shard_partition, worker_device
 from pytest_s2st.errors import S2STError
 
-from helpers import BENCH_TEST, write_case
+from helpers import BENCH_TEST, write_case, write_tone_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -23,19 +23,6 @@ FAST = ["-p", "no:cacheprovider", "--s2st-warmup=0"]
 XDIST = ["-p", "xdist", "-n", "2", "--dist", "loadgroup"]
 LIN_FLOPS = 2 * 20 * 80 * 32   # Linear(80 -> 32) on (20, 80), per sample
 TWO_FLOPS = LIN_FLOPS + 2 * 20 * 32 * 8
-
-TONE_PY = '''
-import time
-
-import numpy as np
-
-def build_tone(sample_rate=16000, delay_s=0.0):
-    def forward(sample):
-        time.sleep(delay_s)
-        n = int(sample_rate * (0.2 + 0.02 * len(sample["text"])))
-        return {"waveform": (0.3 * np.sin(np.arange(n) / 10)).astype(np.float32), "sample_rate": sample_rate}
-    return forward
-'''
 
 TESTS = '''
 import pytest
@@ -54,23 +41,13 @@ def test_measures_nothing():
 '''
 
 
-def tone_case(root: Path) -> Path:
-    (root / "tone.py").write_text(TONE_PY)
-    (root / "wl.jsonl").write_text("".join(json.dumps({"id": f"u{i}", "text": "hello " * (i + 1), "language": "en",
-                                                       "voice": "a", "seed": i}) + "\n" for i in range(4)))
-    cfg = root / "tone.yaml"
-    cfg.write_text("general:\n  name: tone\n  model_type: callable\n  workload: wl.jsonl\n  concurrency: [1, 2]\n"
-                   "  warmup: 1\nstage1:\n  entry: tone.py:build_tone\n")
-    return cfg
-
-
 def one(text: str, fragment: str) -> None:
     assert text.count(fragment) == 1, f"{fragment!r} {text.count(fragment)} times in:\n{text}"
 
 
 def test_two_workers_print_one_result_and_save_one_json(pytester):
     configs = [write_case(pytester.path, "lin", ["build_linear"]), write_case(pytester.path, "two", ["build_linear", "build_second"]),
-               tone_case(pytester.path)]
+               write_tone_case(pytester.path, "tone", service=True)]
     pytester.makepyfile(test_bench=TESTS)
     # the controller's core count, faked to 1: two workers then oversubscribe it
     pytester.makeconftest("import psutil\npsutil.cpu_count = lambda logical=True: 1\n")

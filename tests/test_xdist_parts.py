@@ -16,7 +16,7 @@ from pytest_s2st.plugin_xdist import part_of
 from pytest_s2st.service.parts import (mark, parse_part_id, part_concurrency, part_id, rotate, wait_for)
 from pytest_s2st.service.stats import summarize
 
-from test_xdist import tone_case
+from helpers import write_tone_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -32,7 +32,7 @@ def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
 
 
 def _run(pytester, *args, delay_s: float = 0.0):
-    cfg = tone_case(pytester.path)
+    cfg = write_tone_case(pytester.path, "tone", service=True)
     if delay_s:  # each request takes at least this long: a part lasts longer than any start skew
         cfg.write_text(cfg.read_text() + f"  delay_s: {delay_s}\n")
     pytester.makepyfile(test_bench=SERVICE)
