@@ -9,7 +9,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from helpers import write_tone_case
+from helpers import TONE_PY, write_tone_case
 from loopback import server_thread, unused_port
 
 SERVICE_TEST = '''
