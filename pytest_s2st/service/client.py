@@ -1,8 +1,10 @@
 """Load generator for the speech service: closed-loop concurrency, per-request evidence, bounded faults.
 
-Transport: http1.Connection, a lean HTTP/1.1 client over asyncio streams, one keep-alive connection
-per worker (see http1.py for why not aiohttp's client on the timed path); connect and every read are
-bounded, and so is each whole request. aiohttp fetches the untimed GET /identity.
+Transport (one object, chosen by name: wire.TRANSPORTS, transport.py): by default http1.Connection, a
+lean HTTP/1.1 client over asyncio streams, one keep-alive connection per worker (see http1.py for why not
+aiohttp's client on the timed path); connect and every read are bounded, and so is each whole request.
+The untimed GETs (/identity, /v1/models) go over http1.py too. How the load runs is one dataclass,
+options.LoadOptions, passed through.
 
 ``run_load`` sends warm-ups (ids c<conc>-w<i>), then measured requests (c<conc>-r<i>), keeping
 ``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
@@ -30,8 +32,9 @@ before decoding.
 Protocols: "s2st" (this project's SSE dialect above) or "openai" (OpenAI's speech API, as vLLM-Omni
 serves it; openai_api.py): the answer is read by its Content-Type — raw int16 PCM (every body piece an
 audio arrival), OpenAI's SSE events (speech.audio.delta / speech.audio.done) or a WAV (one arrival at
-its end: TTFA = the whole response). One reader per wire format (readers.py), chosen by protocol and
-Content-Type. Records have the same fields either way. An answer in neither shape is that request's
+its end: TTFA = the whole response). Each protocol is one object (wire.PROTOCOLS: its request, its
+readers by Content-Type, its reasons' words); nothing here branches on its name. Records have the same
+fields either way. An answer in neither shape is that request's
 error naming what was expected and what came.
 
 Load: closed loop (``concurrency`` workers, each sending its next request when its last one ends), or,
