@@ -43,8 +43,10 @@ def test_a_short_phase_writes_nothing_and_an_inner_phase_speaks_for_the_outer(li
     with progress.phase("outer"):
         with progress.phase("inner", limit_s=3600):
             time.sleep(0.6)
-    assert len(lines) >= 2 and all(line.startswith("s2st: inner: ") for line in lines), lines
-    assert lines[0].endswith("so far, gives up after 1 h 00 min")
+    inner = [line for line in lines if line.startswith("s2st: inner: ")]
+    # the outer phase may get one word in between the inner one's end and its own, never while the inner runs
+    assert len(inner) >= 2 and len(lines) - len(inner) <= 1, lines
+    assert inner[0].endswith("so far, gives up after 1 h 00 min")
 
 
 def test_without_a_writer_a_phase_is_silent_and_a_failing_writer_loses_only_its_line(monkeypatch):
