@@ -194,3 +194,32 @@ def benchmark_twins(config: Any) -> tuple[dict[str, Any], list[str]]:
         refusals.append("--benchmark-min-time does not apply to s2st benchmarks (a round is one sample through "
                         "every stage, timed once): use --s2st-repeat N or --s2st-min-rounds N")
     return out, refusals
+
+
+# pytest-benchmark's own table, within 120 columns: its default ten columns make a line of ~210-240 characters
+# (each time column is ~20 wide, its name column takes a compared run's " (0001_...)" suffix). Two statistics and
+# the round count keep a compare of the embedded default's names within 120; the mean per sample, with its
+# interval, is the s2st table's. A user's --benchmark-columns wins.
+BENCHMARK_COLUMNS = ("median", "iqr", "rounds")
+
+
+def narrow_columns(config: Any) -> None:
+    """--benchmark-columns defaults to BENCHMARK_COLUMNS when not given (its option default is None: "not
+    given"; BenchmarkSession reads it in its trylast pytest_configure, after this plugin's)."""
+    option = getattr(config, "option", None)
+    if option is not None and hasattr(option, "benchmark_columns") and option.benchmark_columns is None:
+        option.benchmark_columns = list(BENCHMARK_COLUMNS)
+
+
+def without_service_levels(groups: Any) -> tuple[list[tuple[Any, list]], int]:
+    """pytest-benchmark's grouped rows less service levels (extra_info s2st_service): a level is one "round" of
+    its whole wall time (tens of seconds for a model), which its Min/Median/Rounds columns only make noise of;
+    the service table reports the level. -> (groups left, levels left out); a group left empty goes."""
+    kept, dropped = [], 0
+    for name, benches in groups or []:
+        rows = [b for b in benches if not (isinstance(b, Mapping) and isinstance(b.get("extra_info"), Mapping)
+                                           and "s2st_service" in b["extra_info"])]
+        dropped += len(benches) - len(rows)
+        if rows:
+            kept.append((name, rows))
+    return kept, dropped

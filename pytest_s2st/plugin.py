@@ -92,6 +92,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {help_text}")  # pytest reads the name before "("
     state = S2STSession(config)
     config.stash[SESSION_KEY] = state
+    from .benchmark_compat import narrow_columns
+
+    narrow_columns(config)  # pytest-benchmark's table within 120 columns unless --benchmark-columns says otherwise
+    _install_progress(config)
     try:
         state.adopt_benchmark_options()  # pytest-benchmark's --benchmark-min-rounds & co: mapped or refused
         # validate every global setting now, so a bad ini value is a usage error before any test runs
@@ -346,6 +350,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     No config is needed for your own callable: the row is named after the test.
     """
     from .benchmark_compat import fixture_timer, pedantic_until, save_case_ids, timer_name
+    from . import progress
     from .runner import Measurement, measure_pipeline
 
     save_case_ids(benchmark)
@@ -393,7 +398,10 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             return timer_name(timer)
 
         try:
-            with state.timing_turn():  # --s2st-processes: one worker's benchmark at a time
+            # a slow model's passes take minutes: a line every 10 s (one write from another thread, outside no clock
+            # that matters: the timed rounds are per sample, the line costs microseconds)
+            with state.timing_turn(), progress.phase(f"measuring {measurement.case_id} (warm-up, timing, memory and "
+                                                     "FLOPs passes)"):
                 measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
                                  drive_timing=drive, measurement=measurement, baseline=baseline,
                                  progress=_progress_writer(request.config, measurement.case_id))
@@ -477,17 +485,46 @@ def _translation_baseline(state: S2STSession, path: str) -> dict:
     return state.translation_baselines[path]
 
 
-def _progress_writer(config: pytest.Config, case_id: str):
-    """Progress of long datasets on the terminal, between the test's own output (capture suspended)."""
-    tr = config.pluginmanager.get_plugin("terminalreporter")
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    if tr is None or config.getoption("quiet", 0) > 1:
-        return None
+PROGRESS_WRITER_KEY = pytest.StashKey["Any"]()
 
-    def report(stage: str, phase: str, done: int, total: int) -> None:
+
+def _install_progress(config: pytest.Config) -> None:
+    """Long phases of the core (progress.phase: a valgrind count, a service level, a first model build) write a
+    line every 10 s to the terminal, between the test's own output; none under -q."""
+    from . import progress
+
+    tr_name, cap_name = "terminalreporter", "capturemanager"
+
+    def write(line: str) -> None:
+        tr = config.pluginmanager.get_plugin(tr_name)
+        if tr is None or config.get_verbosity() < 0:
+            return
+        capman = config.pluginmanager.get_plugin(cap_name)
         with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             tr.ensure_newline()
-            tr.write_line(f"s2st [{case_id}] {stage}: {phase} {done}/{total}")
+            tr.write_line(line)
+
+    config.stash[PROGRESS_WRITER_KEY] = write
+    progress.install(write)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    writer = config.stash.get(PROGRESS_WRITER_KEY, None)
+    if writer is not None:
+        from . import progress
+
+        progress.remove(writer)
+
+
+def _progress_writer(config: pytest.Config, case_id: str):
+    """Progress of long datasets on the terminal, between the test's own output (capture suspended; through the
+    writer _install_progress installed, so one line at a time and none under -q)."""
+    if config.get_verbosity() < 0:
+        return None
+    from . import progress
+
+    def report(stage: str, phase: str, done: int, total: int) -> None:
+        progress.write(f"s2st [{case_id}] {stage}: {phase} {done}/{total}")
 
     return report
 
@@ -582,6 +619,20 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     if report.when == "call" and report.passed and getattr(report, "s2st_verdict", None) == "INCONCLUSIVE":
         return "inconclusive", "I", ("INCONCLUSIVE", {"yellow": True})
     return None
+
+
+@pytest.hookimpl(wrapper=True, optionalhook=True)
+def pytest_benchmark_group_stats(config: pytest.Config, benchmarks: list, group_by: str):
+    """pytest-benchmark's table leaves service levels out (the service table reports them; see
+    benchmark_compat.without_service_levels); its saved JSON keeps them."""
+    from .benchmark_compat import without_service_levels
+
+    groups = yield
+    kept, dropped = without_service_levels(groups)
+    state = config.stash.get(SESSION_KEY, None)
+    if state is not None:
+        state.benchmark_rows_left_out = dropped
+    return kept
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -74,10 +74,42 @@ def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "
     return rows
 
 
-def table(header: Sequence[str], body: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [list(header)] + body) for i in range(len(header))]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+WIDTH = 120  # every table a user sees fits a 120-column terminal (fit(): wider ones wrap their columns)
+
+
+def table(header: Sequence[str], body: list[list[str]], left: int = 1) -> list[str]:
+    """Columns two spaces apart: the first ``left`` (names, labels) left-aligned, the values right-aligned."""
+    widths = _widths(header, body)
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
     return [line(header), "-" * len(line(header))] + [line(r) for r in body]
+
+
+def _widths(header: Sequence[str], body: list[list[str]]) -> list[int]:
+    return [max(len(r[i]) for r in [list(header)] + body) for i in range(len(header))]
+
+
+def fit(header: Sequence[str], body: list[list[str]], width: int = WIDTH, keep: int = 1) -> list[str]:
+    """table(), within ``width`` columns: a wider table wraps, its columns after the first ``keep`` (the name)
+    split into consecutive blocks of whole columns, each block a table of its own under the same first columns,
+    one blank line between. A single column wider than the rest of the line stays whole (nothing is cut)."""
+    lines = table(header, body, keep)
+    if max(map(len, lines)) <= width or len(header) <= keep + 1:
+        return lines
+    widths = _widths(header, body)
+    fixed = sum(widths[:keep]) + 2 * (keep - 1)
+    blocks: list[list[int]] = [[]]
+    used = fixed
+    for i in range(keep, len(header)):
+        if blocks[-1] and used + 2 + widths[i] > width:
+            blocks.append([])
+            used = fixed
+        blocks[-1].append(i)
+        used += 2 + widths[i]
+    out: list[str] = []
+    for block in blocks:
+        cols = list(range(keep)) + block
+        out += ([""] if out else []) + table([header[i] for i in cols], [[row[i] for i in cols] for row in body], keep)
+    return out
 
 
 def render_table(rows: Sequence[Row]) -> list[str]:
@@ -102,7 +134,7 @@ def render_table(rows: Sequence[Row]) -> list[str]:
             cells.insert(at, precision)
         cells += [marks.get(row_methods(row), "")] * (len(set(marks.values())) > 1) + [row.status] * verdicts
         body.append(cells)
-    return table(header, body)
+    return fit(header, body)
 
 
 def shown_columns(rows: Sequence[Row]) -> list[tuple[str, str]]:
@@ -264,28 +296,44 @@ def pct_change(old: float | None, new: float | None) -> str:
     return f"{100.0 * (new - old) / abs(old):+.1f}%"
 
 
-def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    header = ["Name"] + [title for _, title in COLUMNS]
-    body = []
+def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], width: int = WIDTH) -> list[str]:
+    """Each benchmark with a saved counterpart: one row of "then -> now (change)" cells when that fits ``width``,
+    else three stacked rows (then, now, change), one value per cell; a stacked table still too wide wraps its
+    columns (fit). A column that is n/a on both sides for every row is left out."""
+    titles = [title for _, title in COLUMNS]
+    triples: list[tuple[str, list[tuple[str, str, str]]]] = []  # (name, [(then, now, change) per column])
     for row in rows:
         old = saved_counterpart(row, compared)
         if old is None:
             continue
-        cells = [row.name]
+        cells = []
         for key, _ in COLUMNS:
             new_v, old_v = _value(row.metrics, key), _value(old, key)
             change = runtime_change(old, row.metrics) if key == "runtime_s" else None
             if new_v is None and old_v is None:
-                cells.append("n/a")
-            elif change is not None:
-                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({change.short()})")
+                cells.append(("n/a", "n/a", ""))
             else:
-                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
-        body.append(cells)
-    if not body:
+                cells.append((fmt_metric(key, old_v), fmt_metric(key, new_v),
+                              change.short() if change is not None else pct_change(old_v, new_v)))
+        triples.append((row.name, cells))
+    if not triples:
         return []
-    keep = [0] + [i for i in range(1, len(header)) if any(cells[i] != "n/a" for cells in body)]  # no all-n/a column
-    return table([header[i] for i in keep], [[cells[i] for i in keep] for cells in body])
+    keep = [i for i in range(len(COLUMNS)) if any(cells[i][:2] != ("n/a", "n/a") for _, cells in triples)]
+    header = ["Name"] + [titles[i] for i in keep]
+    wide = [[name] + [f"{cells[i][0]} -> {cells[i][1]} ({cells[i][2]})" if cells[i][2] else "n/a" for i in keep]
+            for name, cells in triples]
+    lines = table(header, wide)
+    if max(map(len, lines)) <= width:
+        return lines
+    stacked = []
+    for name, cells in triples:
+        stacked += [[name, "then"] + [cells[i][0] for i in keep], ["", "now"] + [cells[i][1] for i in keep],
+                    ["", "change"] + [cells[i][2] for i in keep]]
+    return fit(["Name", ""] + header[1:], stacked, width, keep=2)
+
+
+COMPARE_LEGEND = ("runtime: new/old ratio of per-run means; a word (slower/faster) needs 3 runs per side "
+                  "(s2st-merge --repeats), judged by a Welch 95% interval on log run means; other columns: plain change")
 
 
 def _rounds(metrics: Mapping[str, Any], key: str) -> Any:
@@ -453,7 +501,7 @@ def render_service_table(results: Sequence[tuple[str, Mapping[str, Any]]]) -> li
             else:
                 cells += list(_rates(s))
             body.append(cells)
-        out += ([""] if out else []) + table(header, body)
+        out += ([""] if out else []) + fit(header, body)
     return out + wrap(service_legend(results) + service_missing_notes(results))
 
 
@@ -525,9 +573,10 @@ def _baseline_metrics(s2st: Mapping[str, Any]) -> Mapping[str, Any]:
     return _mapping(_mapping(s2st.get("baseline")).get("metrics"))
 
 
-def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WIDTH) -> list[str]:
     """One row per A/B benchmark: both runtimes, the paired ratio with its interval and word, then each other
-    measured metric's candidate value and its change from the baseline."""
+    measured metric's candidate value and its change from the baseline. Wider than ``width``: three rows per
+    benchmark (baseline, candidate, change: the ratio with its interval and word, the other metrics' changes)."""
     rows = [(name, s2st, ab_change(s2st)) for name, s2st in records]
     rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
     if not rows:
@@ -536,23 +585,28 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     others = [(key, title) for key, title in COLUMNS[1:] if key != "peak_rss_mib"
               and any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
     header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
-    body = []
+    body, stacked = [], []
     for name, s2st, change in rows:
         old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
         interval = f" [{change.low:.3f}, {change.high:.3f}]" if change.low is not None else ""
         ratio = f"x{change.ratio:.3f}{interval}" if change.ratio is not None else "n/a"
-        cells = [name, fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s")),
-                 ratio, change.word]
-        for key, _ in others:
-            old_v, new_v = _value(old, key), _value(new, key)
-            cells.append(f"{fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
-        body.append(cells)
-    return table(header, body)
+        before, after = fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s"))
+        values = [(fmt_metric(key, _value(old, key)), fmt_metric(key, _value(new, key)),
+                   pct_change(_value(old, key), _value(new, key))) for key, _ in others]
+        body.append([name, before, after, ratio, change.word] + [f"{b} ({c})" for _, b, c in values])
+        stacked += [[name, "baseline", before] + [a for a, _, _ in values],
+                    ["", "candidate", after] + [b for _, b, _ in values],
+                    ["", "change", f"{ratio} {change.word}".strip()] + [c for _, _, c in values]]
+    lines = table(header, body)
+    if max(map(len, lines)) <= width:
+        return lines
+    # too wide: each benchmark as three rows, one value per cell (as the compare table stacks then/now/change)
+    return fit(["Name", "", "runtime"] + [title for _, title in others], stacked, width, keep=2)
 
 
 AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process) "
              "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
-             "columns: the candidate (its change from the baseline)")
+             "columns: the candidate (its change from the baseline), or, stacked, each side and the change")
 
 
 def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[list[str], list[str]]:

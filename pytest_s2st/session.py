@@ -48,6 +48,7 @@ class S2STSession:
         self.baselines: dict[str, Any] = {}                # quality.baseline config -> (case, Service)
         self.translation_baselines: dict[str, dict] = {}   # quality.baseline config -> its bleu/chrf metrics
         self.plots: list[str] = []
+        self.benchmark_rows_left_out = 0  # service levels left out of pytest-benchmark's table (plugin.py)
         self.inconclusive: list[tuple[str, list[str]]] = []
         self.regressions: list[str] = []
         self._evidence_root: Path | None = None
@@ -213,6 +214,12 @@ class S2STSession:
             self._planned_root = str(base / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}")
         return self._planned_root
 
+    def plot_dir(self) -> Path:
+        """--s2st-plot DIR: a relative DIR is under the rootdir, as the evidence folder is (not the working
+        directory pytest happened to start in)."""
+        base = Path(self.option("plot"))
+        return base if base.is_absolute() else self.config.rootpath / base
+
     def evidence_root(self) -> Path:
         """DIR/<timestamp>-<random>: one folder per session for every service run's evidence
         (under xdist: the one the controller planned, shared by every worker)."""
@@ -334,7 +341,7 @@ class S2STSession:
             from .plot import plot_service
 
             try:
-                self.plots += [str(p) for p in plot_service(self.service_results, self.option("plot"))]
+                self.plots += [str(p) for p in plot_service(self.service_results, self.plot_dir())]
             except S2STError as exc:
                 self.plots.append(f"not written: {exc}")
         try:
@@ -397,7 +404,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .report import insignificant, render_compare, unmatched
+        from .report import COMPARE_LEGEND, insignificant, render_compare, unmatched, wrap
 
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
@@ -405,10 +412,9 @@ class S2STSession:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
             for line in lines:
                 tr.write_line(line)
-            tr.write_line("runtime: new/old ratio of per-run means; a word (slower/faster) needs 3 runs per side "
-                          "(s2st-merge --repeats), judged by a Welch 95% interval on log run means; other columns: plain change")
-            for note in insignificant(rows, compared, self.option("compare_fail") or ()):
-                tr.write_line(f"note: {note}")
+            notes = [f"note: {note}" for note in insignificant(rows, compared, self.option("compare_fail") or ())]
+            for line in wrap([COMPARE_LEGEND] + notes):
+                tr.write_line(line)
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)
             if missing:
@@ -442,6 +448,12 @@ class S2STSession:
                 metric = data.get("policy", {}).get("speed_metric", "rtf")
                 tr.write_line(f"gate {name}: {gate['status']} against {data.get('baseline_dir')}"
                               + (f"; speedup ({metric}): {speedup}" if speedup else ""))
+        if self.benchmark_rows_left_out:
+            from .report import wrap
+
+            for line in wrap([f"pytest-benchmark's table leaves these {self.benchmark_rows_left_out} level(s) out: "
+                              "each is one round of its whole wall time there; its saved JSON keeps them"]):
+                tr.write_line(line)
         tr.write_line(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
         for path in self.plots:
             tr.write_line(f"plot: {path}")

@@ -206,3 +206,175 @@ def test_plot_has_error_rate_throughput_n_per_level_rtf_1_and_budget_lines(tmp_p
     from PIL import Image
 
     assert Image.open(path).size == (1100, 1200)
+
+
+# ------------------------------------------------------------------ every table a user sees within 120 columns
+
+WIDE_TEST = '''
+import torch
+
+layer = torch.nn.Linear(80, 80)
+
+
+@torch.inference_mode()
+def my_model(x):
+    return layer(x)
+
+
+@torch.inference_mode()
+def my_change(x):
+    return layer(layer(x))
+
+
+INPUTS = [torch.randn(frames, 80) for frames in (50, 100, 150, 200)]
+
+
+def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+
+def test_my_change_against_my_model(s2st_benchmark):
+    s2st_benchmark(my_change, INPUTS, baseline=my_model)
+'''
+
+# lines pytest-benchmark writes naming a file (their length is the path's), not tables
+FILE_LINES = ("Saved benchmark data in: ", "Wrote benchmark data in: ", "Comparing against benchmarks from: ")
+
+
+def _too_wide(lines: list[str]) -> list[str]:
+    """The lines after pytest's header ("collected ...") wider than WIDTH, file-naming lines aside."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("collected "))
+    return [f"{len(line)}: {line}" for line in lines[start:] if len(line) > WIDTH and not line.startswith(FILE_LINES)]
+
+
+def test_every_table_of_a_saved_run_an_a_b_and_a_compare_fits_120_columns(pytester, monkeypatch):
+    """The README's kinds of benchmark in 120 columns: pytest-benchmark's table (its ten default columns made it
+    ~210-240 wide; the plugin picks median, IQR, rounds), the s2st table, the A/B and the compare of two saved
+    runs (~190 wide in one line per benchmark: stacked then / now / change when that does not fit)."""
+    monkeypatch.setenv("COLUMNS", str(WIDTH))  # what pytest's terminal writer reads
+    configs = [write_case(pytester.path, name, ["build_linear"]) for name in ("a-case-with-a-long-name", "short")]
+    pytester.makepyfile(test_wide=WIDE_TEST)
+    args = ["-p", "no:cacheprovider", "--s2st-warmup=0", *(f"--s2st-config={c}" for c in configs)]
+    first = pytester.runpytest(*args, "--benchmark-autosave")
+    first.assert_outcomes(passed=3)
+    assert _too_wide(first.stdout.lines) == [], "\n".join(first.stdout.lines)
+    text = "\n".join(first.stdout.lines)
+    assert re.search(r"Name \(time in .s\) +Median +IQR +Rounds\n", text)  # pytest-benchmark's, narrowed
+    assert "s2st: A/B in one process" in text
+    second = pytester.runpytest(*args, "--benchmark-compare")
+    second.assert_outcomes(passed=3)
+    lines = second.stdout.lines
+    assert _too_wide(lines) == [], "\n".join(lines)
+    start = next(i for i, line in enumerate(lines) if "s2st: compared with the saved run" in line)
+    compare = lines[start + 1:]
+    assert compare[0].split()[:2] == ["Name", "runtime"]
+    name = next(line for line in compare if line.startswith("test_inference[callable-a-case-with-a-long-name]"))
+    then = compare.index(name)
+    assert name.split()[1] == "then" and compare[then + 1].split()[0] == "now"
+    assert compare[then + 2].split()[0] == "change"
+
+
+def test_a_user_s_benchmark_columns_win():
+    from types import SimpleNamespace
+
+    from pytest_s2st.benchmark_compat import BENCHMARK_COLUMNS, narrow_columns
+
+    given, default = SimpleNamespace(option=SimpleNamespace(benchmark_columns=["min", "max"])), \
+        SimpleNamespace(option=SimpleNamespace(benchmark_columns=None))
+    narrow_columns(given), narrow_columns(default)
+    assert given.option.benchmark_columns == ["min", "max"] and default.option.benchmark_columns == list(BENCHMARK_COLUMNS)
+
+
+def test_fit_wraps_whole_columns_under_the_name():
+    header = ["Name"] + [f"column {i}" for i in range(12)]
+    body = [["test_a"] + [f"{i * 1000.5:.3f} ms" for i in range(12)], ["  stage"] + ["x"] * 12]
+    from pytest_s2st.report import fit, table
+
+    assert max(map(len, table(header, body))) > WIDTH
+    lines = fit(header, body)
+    assert max(map(len, lines)) <= WIDTH
+    blocks = "\n".join(lines).split("\n\n")
+    assert len(blocks) == 2 and all(block.startswith("Name ") for block in blocks)
+    cells = [cell for block in blocks for line in block.splitlines()[2:] for cell in line.split("  ") if cell.strip()]
+    assert sorted(c.strip() for c in cells if c.strip() not in ("test_a", "stage")) == sorted(body[0][1:] + body[1][1:])
+    assert fit(header[:3], [row[:3] for row in body]) == table(header[:3], [row[:3] for row in body])  # narrow: as is
+
+
+def test_compare_is_one_line_per_benchmark_when_it_fits_and_stacks_when_not():
+    from pytest_s2st.report import render_compare
+
+    old = {"flops": {"value": 1.6e6, "method": "torch"}, "peak_rss_mib": {"value": 250.0, "method": "vmhwm"}}
+    new = {"flops": {"value": 3.2e6, "method": "torch"}, "peak_rss_mib": {"value": 260.0, "method": "vmhwm"}}
+    rows = [Row("test_a", "a", new, key="a")]
+    narrow = render_compare(rows, {"a": old})
+    assert len(narrow) == 3 and "250.0 MiB -> 260.0 MiB (+4.0%)" in narrow[2]
+    stacked = render_compare(rows, {"a": old}, width=40)
+    assert [line.split()[:2] for line in stacked[2:]] == [["test_a", "then"], ["now", "260.0"], ["change", "+4.0%"]]
+    assert stacked[0].split() == ["Name", "peak", "RSS", "FLOPs"] and max(map(len, stacked)) <= 40
+
+
+# ------------------------------------------------------------------ plots: one line per test, the baseline overlaid
+
+def _level_of(case, c, ttfa, n_ok=12, role=None):
+    summary = {"n": 12, "n_ok": n_ok, "error_rate": (12 - n_ok) / 12, "throughput": 2.0 * c, "achieved_rate": 1.0,
+               "ttfa_s": {"p50": ttfa, "p90": 1.5 * ttfa, "p99": 2 * ttfa}, "reasons": {}}
+    return {"case": case, "concurrency": c, "summary": summary, **({"role": role} if role else {})}
+
+
+def test_two_tests_on_one_case_are_two_lines_and_the_baseline_is_overlaid_on_one_scale(tmp_path):
+    """Before: one PNG per case with the levels of every test sorted into one zig-zag line, and the baseline (its own
+    case) in a PNG of its own on its own scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pytest_s2st.plot import figure, figures, panel_data, plot_service, series_name
+
+    assert series_name("test_a[tts-c4]", 4) == "test_a[tts]" and series_name("test_a[c4]", 4) == "test_a"
+    results = []
+    for c in (1, 4):  # the order a session finishes them in: the tests interleave
+        results.append((f"test_a[tts-c{c}] (baseline base)", _level_of("base", c, 0.5 * c, role="baseline")))
+        results.append((f"test_a[tts-c{c}]", _level_of("tts", c, 0.1 * c, n_ok=9 if c == 4 else 12)))
+        results.append((f"test_b[tts-c{c}]", _level_of("tts", c, 0.2 * c)))
+    grouped = figures(results)
+    assert list(grouped) == ["tts"]  # the baseline joins its candidate's figure
+    series = grouped["tts"]
+    assert [(one.label, one.baseline) for one in series] == [("test_a[tts] (baseline base)", True),
+                                                             ("test_a[tts]", False), ("test_b[tts]", False)]
+    ttfa = panel_data(series[1], "ttfa_s")
+    assert ttfa["x"] == [1, 4] and ttfa["y"] == [0.1, 0.4] and ttfa["high"] == pytest.approx([0.15, 0.6])
+    errors = panel_data(series[1], "error_rate")  # 3 of 12 failed at c=4: 25% inside its Wilson interval
+    assert errors["y"] == [0.0, 25.0] and errors["low"][1] < 25.0 < errors["high"][1] and errors["low"][0] == 0.0
+    fig = figure(plt, "tts", series)
+    ax = next(ax for ax in fig.axes if ax.get_title() == "time to first audio")
+    drawn = {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
+    assert set(drawn) == {"test_a[tts] (baseline base)", "test_a[tts]", "test_b[tts]"}
+    for label, line in drawn.items():  # one monotonic line per test: no zig-zag between tests
+        assert list(line.get_xdata()) == [1, 4], label
+    assert drawn["test_a[tts] (baseline base)"].get_linestyle() == "--" and drawn["test_a[tts]"].get_linestyle() == "-"
+    assert list(drawn["test_a[tts] (baseline base)"].get_ydata()) == [0.5, 2.0]  # on the same axes as the candidate
+    assert len(ax.collections) == 3  # a p50-p90 band per series
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["c=1\nn=12/12 | 12/12 | 12/12", "c=4\nn=12/12 | 9/12 | 12/12"]
+    plt.close(fig)
+    assert [p.name for p in plot_service(results, tmp_path / "plots")] == ["tts.png"]
+
+
+def test_a_relative_plot_dir_is_under_the_rootdir_with_the_evidence(pytester, monkeypatch):
+    from helpers import write_tone_case
+
+    cfg = write_tone_case(pytester.path, general_extra="workload: wl.jsonl\nconcurrency: [1]\nwarmup: 0\n")
+    (pytester.path / "wl.jsonl").write_text('{"id": "u0", "text": "hello", "language": "en", "voice": "a", "seed": 0}\n')
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_service='''
+def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
+    s2st_load(s2st_service, s2st_workload, concurrency=s2st_concurrency)
+''')
+    elsewhere = pytester.mkdir("elsewhere")
+    monkeypatch.chdir(elsewhere)
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--s2st-plot=plots",
+                                str(pytester.path / "test_service.py"))
+    result.assert_outcomes(passed=1)
+    assert (pytester.path / "plots" / "callable-tts.png").is_file() and not (elsewhere / "plots").exists()
+    assert (pytester.path / ".s2st-runs").is_dir()  # the evidence's root: the same
+    result.stdout.fnmatch_lines([f"plot: {pytester.path / 'plots' / 'callable-tts.png'}"])

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pytest_s2st.measure.record import Metric
+from pytest_s2st.progress import phase
 
 METHOD = "callgrind"
 METHODS = ("off", METHOD)
@@ -207,7 +208,10 @@ def count_pipeline(case: Mapping[str, Any], first_input: Any, *, warmup: int = 2
         cmd = no_aslr_prefix() + [valgrind, "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no", "--dump-line=no",
                f"--callgrind-out-file={work / DUMP_PREFIX}", f"--log-file={work / VALGRIND_LOG}",
                sys.executable, "-m", "pytest_s2st.measure._instr_child", str(work / JOB_FILE)]
-        with open(work / CHILD_LOG, "wb") as log:
+        # minutes under valgrind: a line every 10 s; each counted stage leaves 3 dumps (prime, no-op, forward)
+        with open(work / CHILD_LOG, "wb") as log, phase(
+                f"counting instructions under valgrind ({case.get('case_id', 'case')})", unit="stage(s) counted",
+                done=lambda: len(list(work.glob(DUMP_PREFIX + ".*"))) // 3, limit_s=timeout_s):
             try:
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=child_env(), timeout=timeout_s)

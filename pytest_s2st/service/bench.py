@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import S2STError
+from ..progress import count_lines, phase
+from ..runs import REQUESTS
 
 SERVER_START_TIMEOUT_S = 300.0
 SERVER_STOP_TIMEOUT_S = 15.0
@@ -46,6 +48,14 @@ def start_reference_server(case: Any, workdir: Path, timeout_s: float = SERVER_S
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
+    with phase(f"starting the reference server for {case.case_id} (loads the model)", limit_s=timeout_s):
+        _await_identity(case, proc, identity_path, log_path, deadline, timeout_s)
+    identity = json.loads(identity_path.read_text())
+    return Service(identity["endpoint"], identity, proc, log_path)
+
+
+def _await_identity(case: Any, proc: subprocess.Popen, identity_path: Path, log_path: Path, deadline: float,
+                    timeout_s: float) -> None:
     while not identity_path.exists():
         if proc.poll() is not None:
             lines = log_path.read_text(errors="replace").strip().splitlines()
@@ -56,8 +66,6 @@ def start_reference_server(case: Any, workdir: Path, timeout_s: float = SERVER_S
             raise S2STError(f"{case.config.path}: reference server not listening after {timeout_s:.0f} s "
                             f"(log: {log_path})")
         time.sleep(0.05)
-    identity = json.loads(identity_path.read_text())
-    return Service(identity["endpoint"], identity, proc, log_path)
 
 
 EXTERNAL_PREFIX = "external-"
@@ -138,7 +146,10 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
     def once() -> None:
         holder["result"] = asyncio.run(run_load(service.endpoint, workload, concurrency, options, out_dir=out_dir))
 
-    timed(once)
+    # a model's level takes minutes: a line every 10 s (requests done of warm-ups + measured, from requests.jsonl)
+    with phase(f"service level {'/'.join(out_dir.parts[-3:])}", total=int(settings["warmup"]) + n,
+               unit="requests", done=lambda: count_lines(out_dir / REQUESTS)):
+        timed(once)
     result = holder["result"]
     identity = result.identity or service.identity
     data = {

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import S2STError
+from ..progress import phase
 
 
 def cache_root() -> Path:
@@ -48,12 +49,15 @@ def build_once(target: Path, done_marker: str, build: Callable[[Path], object], 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target.parent / f".{target.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            with phase(f"waiting for another process building {what}"):
+                fcntl.flock(lock, fcntl.LOCK_EX)
             if not (target / done_marker).is_file():
                 tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
                 shutil.rmtree(tmp, ignore_errors=True)
                 try:
-                    build(tmp)
+                    # the first build takes seconds to minutes (training tiny models): a line every 10 s
+                    with phase(f"building {what} (first use only: cached after)"):
+                        build(tmp)
                 except BaseException:
                     shutil.rmtree(tmp, ignore_errors=True)
                     raise
