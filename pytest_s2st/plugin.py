@@ -368,7 +368,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         # anything else (the test's own callable) from its pickle
         own = case is None or "s2st_pipeline" not in request.fixturenames \
             or pipeline is not request.getfixturevalue("s2st_pipeline")
-        benchmarked = pipeline
+        benchmarked, benchmarked_baseline = pipeline, baseline
         try:
             if not is_pipeline(pipeline):
                 pipeline = from_function(pipeline, where)
@@ -380,6 +380,12 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         settings, run_settings = _run_settings(request, case)
         if own and run_settings.isolate:
             run_settings.isolate_model = benchmarked
+        if own and run_settings.instructions != "off":  # the valgrind child re-creates it from its pickle
+            run_settings.instructions_model = benchmarked
+        if run_settings.instructions != "off" and benchmarked_baseline is not None and (  # an A/B's baseline, likewise
+                case is None or "s2st_pipeline" not in request.fixturenames
+                or benchmarked_baseline is not request.getfixturevalue("s2st_pipeline")):
+            run_settings.instructions_baseline = benchmarked_baseline
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
@@ -558,6 +564,8 @@ def _item_verdict(item: pytest.Item):
             verdicts.append(gate)
     if measurement is not None and measurement.baseline is not None:
         verdicts += _ab_verdict(item, measurement)
+    elif measurement is not None:
+        verdicts += _unmeasured_verdict(item, measurement)
     if not verdicts:
         return None
     order = {FAIL: 0, INCONCLUSIVE: 1, PASS: 2}
@@ -579,6 +587,20 @@ def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
         return []
     crossed, unchecked = ab_limits(measurement.to_dict(), limits)
     return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + ([Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
+
+
+def _unmeasured_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
+    """--benchmark-compare with --s2st-compare-fail: a limit on a metric this run could not measure (instructions
+    of a lambda, FLOPs turned off) is INCONCLUSIVE, one line per limit with the metric's reason, on this test --
+    not a pass followed by "not checked" in the session's regressions, which leave it out."""
+    from .budget import INCONCLUSIVE, Verdict
+    from .report import unmeasured_limits
+
+    limits = session_of(item.config).option("compare_fail")
+    if not limits or not item.config.getoption("benchmark_compare", None):
+        return []
+    reasons = unmeasured_limits(measurement.to_dict()["metrics"], limits)
+    return [Verdict(INCONCLUSIVE, reasons)] if reasons else []
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

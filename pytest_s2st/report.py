@@ -390,10 +390,19 @@ def unmatched(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) ->
     return [row.fullname for row in rows if not row.name.startswith(" ") and saved_counterpart(row, compared) is None]
 
 
+def unmeasured_limits(metrics: Mapping[str, Any], limits: Iterable[CompareLimit]) -> list[str]:
+    """One line per --s2st-compare-fail limit whose metric this run could not measure (the test's INCONCLUSIVE:
+    nothing to check, said with the metric's own reason)."""
+    return [f"limit {limit} not checked: {limit.metric} n/a: {_reason(metrics, limit.metric)}"
+            for limit in limits if _value(metrics, limit.metric) is None]
+
+
 def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
-                faults: Mapping[str, str] | None = None) -> list[str]:
+                faults: Mapping[str, str] | None = None, unmeasured_here: bool = True) -> list[str]:
     """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked).
-    ``faults``: {fullname: why its saved entry was unreadable}, said instead of "no counterpart"."""
+    ``faults``: {fullname: why its saved entry was unreadable}, said instead of "no counterpart".
+    ``unmeasured_here`` False: a limit whose metric the current run lacks is left out (the pytest session
+    makes that test INCONCLUSIVE with unmeasured_limits instead)."""
     faults = faults or {}
     out = [f"{name}: {faults[name]}, so no limit was checked" if name in faults else
            f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
@@ -404,6 +413,8 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
         for limit in limits:
             missing = [(side, metrics) for side, metrics in (("compared", old), ("current", row.metrics))
                        if _value(metrics, limit.metric) is None]
+            if missing and not unmeasured_here and _value(row.metrics, limit.metric) is None:
+                continue
             if missing:  # a gate that could not look passes nothing: same rule as an unmatched row
                 why = "; ".join(f"{side}: {_reason(metrics, limit.metric)}" for side, metrics in missing)
                 out.append(f"{row.fullname}: {limit.metric} not measured in the {' and '.join(s for s, _ in missing)} "

@@ -63,6 +63,8 @@ class RunSettings:
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
+    instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
+    instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
 
 
 @dataclass
@@ -203,7 +205,7 @@ class StageMeasurer:
         method, self.memory_fallback = resolve_memory_method(settings.memory)
         self.memory = MemoryProbe(method, self.memory_fallback)
         self.instructions = InstructionPass(settings.instructions, settings.case, settings.device.name,
-                                            settings.warmup, settings.seed)
+                                            settings.warmup, settings.seed, model=settings.instructions_model)
 
     def _tick(self, stage: str, phase: str, index: int, total: int) -> None:
         if self.progress is not None and index and index % PROGRESS_EVERY == 0:
@@ -677,11 +679,15 @@ def _measure_baseline(baseline, samples: Sequence[Any], settings: RunSettings, m
     measurement.baseline = Measurement(f"{measurement.case_id} baseline", baseline.model_type)
     stages = list(baseline.stages)
     stage_inputs: list[list[Any]] = [[baseline.prepare_sample(s) for s in samples]]
+    # the baseline's own valgrind child (the measurer's counts the candidate): it re-creates the baseline callable,
+    # or builds the case's pipeline when that is the baseline
+    model = settings.instructions_baseline
+    counted = InstructionPass(settings.instructions, settings.case if model is None else None, settings.device.name,
+                              settings.warmup, settings.seed, model=model)
     for s, stage in enumerate(stages):
         result, outputs = measurer.measure(stage, stage_inputs[s])
-        if "instructions" in result.metrics:  # the valgrind child rebuilds the case's model, not the baseline
-            result.metrics["instructions"] = Metric.missing(result.metrics["instructions"].method,
-                                                            "not counted for an in-process A/B's baseline")
+        if "instructions" in result.metrics:
+            result.metrics["instructions"] = counted.measure(stage, stage_inputs[s])
         measurement.baseline.stages.append(result)
         if s + 1 < len(stages):
             stage_inputs.append([stage.to_next_input(o) for o in outputs])

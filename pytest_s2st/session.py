@@ -327,7 +327,8 @@ class S2STSession:
 
         if self.config.getoption("benchmark_compare", None):
             compared = self.compared()
-            return regressions(self.rows(), compared, limits, self.compare_faults)
+            # a limit on a metric this run could not measure is that test's INCONCLUSIVE (plugin._item_verdict)
+            return regressions(self.rows(), compared, limits, self.compare_faults, unmeasured_here=False)
         # no saved run: the limits judge in-process A/Bs (each test's own verdict); any other benchmark checked nothing
         return [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
                 f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"

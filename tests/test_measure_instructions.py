@@ -234,3 +234,220 @@ def test_inference(s2st_pipeline, s2st_dataset, s2st_benchmark):
     result = pytester.runpytest(*FAST, f"--s2st-config={cfg}", "--s2st-instructions=cachegrind")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--s2st-instructions*must be one of off, callgrind*"])
+
+
+# ------------------------------------------------------------------ the callable path: s2st_benchmark(fn, inputs)
+
+LOOPS_PY = '''
+import functools
+import itertools
+
+
+def loop_fixed(x, n):
+    """n iterations that each cost the same and allocate nothing (small ints are cached), then the input back.
+    No allocation: the count of a loop that frees and allocates an int per iteration depends on the state of
+    CPython's allocator pools that the child's imports left (2.5 % between the two paths here)."""
+    s = 0
+    for _ in itertools.repeat(None, n):
+        s ^= 1
+    return x
+
+
+def build_loop(n=1000):
+    return functools.partial(loop_fixed, n=n)
+'''
+N = 2000
+CALLABLES_TEST = f'''
+import functools
+import os
+
+from loops import loop_fixed
+
+
+class Loop:  # an object of a class of the test module: the child imports the module by name
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, x):
+        return loop_fixed(x, self.n)
+
+
+def test_case(s2st_pipeline, s2st_dataset, s2st_benchmark):  # the config path: the child builds the case
+    s2st_benchmark(s2st_pipeline, s2st_dataset)
+
+
+def test_partial_2n(s2st_dataset, s2st_benchmark):  # a case in the session, but the test's own callable counted
+    s2st_benchmark(functools.partial(loop_fixed, n={2 * N}), s2st_dataset)
+
+
+def test_partial_3n(s2st_dataset, s2st_benchmark):
+    s2st_benchmark(functools.partial(loop_fixed, n={3 * N}), s2st_dataset)
+
+
+def test_object(s2st_dataset, s2st_benchmark):
+    s2st_benchmark(Loop({N}), s2st_dataset)
+
+
+def test_closure(s2st_benchmark):
+    def fn(x):
+        return loop_fixed(x, {N})
+    s2st_benchmark(fn, [0, 1])
+
+
+def test_lambda(s2st_benchmark):
+    s2st_benchmark(lambda x: loop_fixed(x, {N}), [0, 1])
+'''
+
+
+def instructions_by_test(pytester) -> dict[str, dict]:
+    saved = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    return {b["name"].split("[")[0]: b["extra_info"]["s2st"]["metrics"]["instructions"] for b in saved}
+
+
+def test_callable_path_counts_what_the_config_path_counts_and_linearly(pytester):
+    """Known truths, through the plugin as users run it: the config path's count of loop_fixed(n=N) and the
+    callable path's of n=2N, 3N lie on one line (each N iterations add the same count, to 1000 Ir of ~0.45 M),
+    which holds only if the two paths count the same work alike; an object of the test module's class doing
+    N iterations counts what the config path does, to 1 % (its own __call__ on top). A lambda and a closure
+    cannot be re-created in the valgrind child: one line each, naming them."""
+    (pytester.path / "loops.py").write_text(LOOPS_PY)
+    make_dataset(pytester.path / "data.npy", n=2, frames=4)
+    cfg = pytester.path / "loops.yaml"
+    cfg.write_text(f"general:\n  name: loops\n  model_type: callable\n  dataset_path: data.npy\n"
+                   f"stage1:\n  entry: loops.py:build_loop\n  n: {N}\n")
+    pytester.makepyfile(test_calls=CALLABLES_TEST)
+    result = pytester.runpytest(*FAST, "--s2st-flops=off", "--s2st-tensor-memory=off", "--s2st-memory=off",
+                                f"--s2st-config={cfg}", "--s2st-instructions=callgrind", "--benchmark-json=out.json")
+    result.assert_outcomes(passed=6)
+    m = instructions_by_test(pytester)
+    case, two, three, obj = (m[name]["value"] for name in ("test_case", "test_partial_2n", "test_partial_3n",
+                                                            "test_object"))
+    assert all(isinstance(v, int) for v in (case, two, three, obj)), m
+    per_n = three - two
+    assert per_n > 20 * N, m  # tens of Ir per iteration: the loop was counted, not a wrapper
+    assert abs((two - case) - per_n) <= 1000, (case, two, three)  # one line through both paths
+    assert abs(obj - case) <= 0.01 * case, (case, obj)
+    assert m["test_partial_2n"]["method"] == "callgrind" and "forward_ir" in m["test_partial_2n"]["details"]
+    for name, what in (("test_closure", "test_calls.test_closure.<locals>.fn"),
+                       ("test_lambda", "test_calls.test_lambda.<locals>.<lambda>")):
+        assert m[name]["value"] is None
+        assert m[name]["reason"] == (f"{what} cannot be re-created in the valgrind child (not importable by name); "
+                                     "define it at module level"), m[name]
+    result.stdout.fnmatch_lines(["*test_lambda: instructions n/a: test_calls.test_lambda.<locals>.<lambda> cannot be*"])
+
+
+GATED_TEST = '''
+import functools
+import os
+
+from loops import loop_fixed
+
+N = int(os.environ["S2ST_TEST_N"])
+
+
+def test_grows(s2st_benchmark):
+    s2st_benchmark(functools.partial(loop_fixed, n=N), [0, 1])
+
+
+def test_lambda(s2st_benchmark):
+    s2st_benchmark(lambda x: loop_fixed(x, N), [0, 1])
+
+
+def test_ab(s2st_benchmark):
+    s2st_benchmark(functools.partial(loop_fixed, n=2 * N), [0, 1], baseline=functools.partial(loop_fixed, n=N))
+'''
+LAMBDA_REASON = ("limit instructions:1% not checked: instructions n/a: test_gated.test_lambda.<locals>.<lambda> cannot "
+                 "be re-created in the valgrind child (not importable by name); define it at module level")
+
+
+def outcomes(result) -> dict[str, int]:
+    return {k: v for k, v in result.parseoutcomes().items() if k != "deselected"}
+
+
+def test_instruction_limits_on_the_callable_path(pytester, monkeypatch):
+    """--s2st-compare-fail=instructions:1% through the callable path: a callable doing twice the work regresses
+    (+100 %, between runs and in an in-process A/B); a lambda's limit is the test's INCONCLUSIVE in one line,
+    not "1 passed" followed by "limit ... was not checked"."""
+    (pytester.path / "loops.py").write_text(LOOPS_PY)
+    pytester.makepyfile(test_gated=GATED_TEST)
+    args = [*FAST, "--s2st-flops=off", "--s2st-tensor-memory=off", "--s2st-memory=off", "--s2st-instructions=callgrind"]
+    monkeypatch.setenv("S2ST_TEST_N", str(N))
+    pytester.runpytest(*args, "-k", "not ab", "--benchmark-autosave").assert_outcomes(passed=2)
+    monkeypatch.setenv("S2ST_TEST_N", str(2 * N))
+    gated = pytester.runpytest(*args, "-k", "not ab", "--benchmark-compare", "--s2st-compare-fail=instructions:1%")
+    assert gated.ret == 1 and outcomes(gated) == {"passed": 1, "inconclusive": 1, "regressed": 1}
+    gated.stdout.fnmatch_lines(["*s2st INCONCLUSIVE*", "test_gated.py::test_lambda:", f"    {LAMBDA_REASON}",
+                                "*s2st regressions (--s2st-compare-fail)*",
+                                "test_gated.py::test_grows: instructions regressed +*% (*), limit instructions:1%"])
+    regressed = gated.stdout.str().split("s2st regressions")[1]
+    assert "test_lambda" not in regressed and "not checked" not in regressed  # said once, on the test
+    # the lambda alone: no "passed", one line; --s2st-strict fails on it
+    alone = pytester.runpytest(*args, "-k", "lambda", "--benchmark-compare", "--s2st-compare-fail=instructions:1%")
+    assert alone.ret == 0 and outcomes(alone) == {"inconclusive": 1}
+    assert alone.stdout.str().count("not checked") == 1
+    strict = pytester.runpytest(*args, "-k", "lambda", "--benchmark-compare", "--s2st-compare-fail=instructions:1%",
+                                "--s2st-strict")
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines([f"*{LAMBDA_REASON}*"])
+    # in one process: the baseline callable is counted by its own valgrind child
+    ab = pytester.runpytest(*args, "-k", "ab", "--s2st-compare-fail=instructions:1%", "--benchmark-json=out.json")
+    ab.assert_outcomes(failed=1)
+    ab.stdout.fnmatch_lines(["*s2st FAIL: instructions * -> * (+*%) against the baseline, limit instructions:1%*"])
+    s2st = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]
+    base, cand = s2st["baseline"]["metrics"]["instructions"]["value"], s2st["metrics"]["instructions"]["value"]
+    assert 1.9 < cand / base < 2.0, (base, cand)  # twice the iterations on top of the same fixed call
+
+
+class Holder:  # a module-level class whose objects cannot be pickled (a lock)
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, x):
+        return x
+
+
+def test_what_can_be_re_created_and_the_one_line_reason_for_what_cannot():
+    import functools
+    import pickle
+
+    assert pickle.loads(instr.pickled_callable(make_dataset)) is make_dataset  # by reference
+    assert pickle.loads(instr.pickled_callable(functools.partial(make_dataset, n=2))).keywords == {"n": 2}
+    assert instr.callable_name(functools.partial(make_dataset, n=2)) == "functools.partial(helpers.make_dataset)"
+
+    def local(x):
+        return x
+
+    cases = [(local, "test_measure_instructions.test_what_can_be_re_created_and_the_one_line_reason_for_what_cannot"
+                     ".<locals>.local cannot be re-created in the valgrind child (not importable by name); define it "
+                     "at module level"),
+             (lambda x: x, "...<lambda> cannot be re-created in the valgrind child (not importable by name); define "
+                           "it at module level"),
+             (Holder(), "test_measure_instructions.Holder object cannot be re-created in the valgrind child (pickle: "
+                        "TypeError: cannot pickle '_thread.lock' object); define it at module level or make it "
+                        "picklable")]
+    for fn, said in cases:
+        with pytest.raises(Unavailable) as err:
+            instr.pickled_callable(fn)
+        text = str(err.value)
+        assert "\n" not in text and (text == said or (said.startswith("...") and text.endswith(said[3:]))), text
+    # no valgrind child is started for what cannot travel: the reason comes back at once, whatever the input
+    with pytest.raises(Unavailable, match=r"<locals>\.local cannot be re-created"):
+        count_pipeline(None, object(), model=local)
+
+
+def test_a_callable_the_child_cannot_import_is_one_line(monkeypatch):
+    """Pickled by reference in the parent, but its module exists only in the parent's sys.modules: the child
+    says which callable it could not re-create and why, in one line."""
+    import sys
+    import types
+
+    ghost = types.ModuleType("s2st_ghost_module")
+    exec("def ghost(x):\n    return x\n", ghost.__dict__)
+    monkeypatch.setitem(sys.modules, "s2st_ghost_module", ghost)
+    with pytest.raises(Unavailable) as err:
+        count_pipeline(None, 0, model=ghost.ghost, warmup=1)
+    assert str(err.value) == ("the valgrind child exited 2: RuntimeError: s2st_ghost_module.ghost cannot be re-created "
+                              "in the valgrind child (ModuleNotFoundError: No module named 's2st_ghost_module'); define "
+                              "it at module level of an importable module")

@@ -1,9 +1,10 @@
 """The valgrind child of the instruction pass (see instructions.py): ``python -m
 pytest_s2st.measure._instr_child JOB.json`` under ``valgrind --tool=callgrind --instr-atstart=no``.
 
-Builds the case's pipeline on cpu, and for every stage: native warm-up, then two counted calls
-between client requests (a no-op, then the forward), each in its own labelled dump. Writes the
-stage names to the job's result file. Any failure is one line ``s2st-instructions: ...`` and exit 2.
+Builds the case's pipeline on cpu (or re-creates the benchmarked callable from its pickle), and for
+every stage: native warm-up, then two counted calls between client requests (a no-op, then the
+forward), each in its own labelled dump. Writes the stage names to the job's result file. Any
+failure is one line ``s2st-instructions: ...`` and exit 2.
 """
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ def _shim(path: str):
     return lib
 
 
+def _recreate(job: dict):
+    """The callable path: the benchmarked callable from its pickle (by reference: imported by name, from the
+    test's sys.path), as a one-stage pipeline unless it already is a pipeline."""
+    from pytest_s2st.pipelines.callable import from_function, is_pipeline
+
+    sys.path[:0] = [p for p in job.get("sys_path") or [] if p not in sys.path]
+    try:
+        with open(job["model"], "rb") as f:  # written by our parent into its private temp folder
+            model = pickle.load(f)
+    except Exception as exc:  # noqa: BLE001 -- one line naming the callable
+        raise RuntimeError(f"{job.get('model_name')} cannot be re-created in the valgrind child ({type(exc).__name__}: "
+                           f"{exc}); define it at module level of an importable module") from None
+    return model if is_pipeline(model) else from_function(model, "the valgrind child")
+
+
 def run(job: dict) -> dict:
     from pytest_s2st.cases import Case
     from pytest_s2st.measure.determinism import seed_everything, set_threads
@@ -40,8 +56,11 @@ def run(job: dict) -> dict:
     lib = _shim(job["shim"])
     if not lib.s2st_cg_running():
         raise RuntimeError("not running under valgrind (run by pytest_s2st.measure.instructions)")
-    case = Case.from_dict(job["case"])
-    pipeline = build_pipeline(case.model_type, case.config.stages, device="cpu", config_path=case.config.path)
+    if job.get("model"):
+        pipeline = _recreate(job)
+    else:
+        case = Case.from_dict(job["case"])
+        pipeline = build_pipeline(case.model_type, case.config.stages, device="cpu", config_path=case.config.path)
     threads = set_threads(1)
     with open(job["input"], "rb") as f:  # written by our parent into its private temp folder
         x = pickle.load(f)

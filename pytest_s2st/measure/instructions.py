@@ -5,11 +5,16 @@ instructions a call executes does not (the approach CodSpeed takes). Valgrind ca
 running process, so the count happens in a child process:
 
 1. The parent writes a job: the resolved case (``Case.to_dict``, as the reference server gets it)
-   and the pipeline's first prepared input (pickled, in a private temp folder).
+   and the pipeline's first prepared input (pickled, in a private temp folder). On the callable path
+   (``s2st_benchmark(fn, inputs)``) the job carries the callable's pickle instead of a case, as
+   ``--s2st-isolate`` does (measure/isolated.py): a module-level function, a ``functools.partial`` of
+   one or an object of an importable class is pickled by reference and re-created in the child (the
+   parent's ``sys.path`` travels, so the test's own modules import there); a lambda, a closure or a
+   local function cannot be, and the metric says so in one line naming it.
 2. ``python -m pytest_s2st.measure._instr_child`` runs under ``valgrind --tool=callgrind
    --instr-atstart=no`` (under ``setarch -R`` where it works: no address randomisation): it starts
-   uninstrumented (cheap), builds the pipeline from the case on cpu with one torch thread and
-   PYTHONHASHSEED=0, and for every stage in order warms it up natively
+   uninstrumented (cheap), builds the pipeline from the case (or re-creates the callable) on cpu
+   with one torch thread and PYTHONHASHSEED=0, and for every stage in order warms it up natively
    (``warmup`` calls, at least one), then switches instrumentation on and, with the garbage collector
    collected and disabled, counts twice between client requests (CALLGRIND_ZERO_STATS ...
    CALLGRIND_DUMP_STATS_AT): a no-op bound method on the same input, then ``stage.forward(x)``.
@@ -19,12 +24,15 @@ running process, so the count happens in a child process:
 
 The client requests come from a five-function C shim (``callgrind.h``) compiled once with ``cc``
 into a cache folder and loaded with ctypes. Missing valgrind, headers or compiler, a device other
-than cpu, a pipeline that did not come from a config case, a child that fails or runs past its time:
+than cpu, a pipeline that did not come from a config case, a callable that cannot be re-created in
+the child, a child that fails or runs past its time:
 each is a Metric with value None and the one-line reason, never 0.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import os
 import pickle
@@ -51,6 +59,8 @@ DUMP_MAX_BYTES = 256 * 2**20         # a callgrind dump larger than this is not 
 RESULT_MAX_CHARS = 1_000_000         # the child's result: stage names
 JOB_FILE, INPUT_FILE, RESULT_FILE, CHILD_LOG, VALGRIND_LOG, DUMP_PREFIX = (
     "job.json", "input.pkl", "result.json", "child.log", "valgrind.log", "callgrind.out")
+MODEL_FILE = "model.pkl"             # the callable path: the benchmarked callable's pickle
+NAME_MAX_CHARS = 120                 # a callable's name in a reason
 CHILD_ERROR_PREFIX = "s2st-instructions: "
 TRIGGER = "desc: Trigger: Client Request: "
 HEADER_DIRS = (Path("/usr/include"), Path("/usr/local/include"))
@@ -188,12 +198,43 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def count_pipeline(case: Mapping[str, Any], first_input: Any, *, warmup: int = 2, seed: int = 1,
-                   timeout_s: float = TIMEOUT_S) -> dict[str, Metric]:
+def callable_name(model: Any) -> str:
+    """How a reason names the benchmarked callable: ``module.qualname`` of a function or method
+    (``test_x.test_y.<locals>.fn``), ``functools.partial(...)`` around its function's, else the object's class."""
+    if isinstance(model, functools.partial):
+        return f"functools.partial({callable_name(model.func)})"[:NAME_MAX_CHARS]
+    qualname = getattr(model, "__qualname__", None)
+    if isinstance(qualname, str) and (inspect.isroutine(model) or inspect.isclass(model)):
+        module = getattr(model, "__module__", None)
+    else:
+        qualname, module = f"{type(model).__qualname__} object", type(model).__module__
+    return (f"{module}.{qualname}" if isinstance(module, str) and module != "builtins" else qualname)[:NAME_MAX_CHARS]
+
+
+def pickled_callable(model: Any) -> bytes:
+    """The callable's pickle for the valgrind child (by reference: the child imports it by name), or
+    Unavailable with the one-line reason naming it."""
+    name = callable_name(model)
+    try:
+        return pickle.dumps(model, protocol=4)
+    except Exception as exc:  # noqa: BLE001 -- PicklingError, AttributeError, TypeError: a lambda, a closure, ...
+        if "<locals>" in name or "<lambda>" in name:  # pickle's own message only repeats the name
+            raise Unavailable(f"{name} cannot be re-created in the valgrind child (not importable by name); "
+                              "define it at module level") from None
+        why = str(exc).splitlines()[0][:160] if str(exc) else ""
+        raise Unavailable(f"{name} cannot be re-created in the valgrind child (pickle: {type(exc).__name__}: {why}); "
+                          "define it at module level or make it picklable") from None
+
+
+def count_pipeline(case: Mapping[str, Any] | None, first_input: Any, *, warmup: int = 2, seed: int = 1,
+                   timeout_s: float = TIMEOUT_S, model: Any = None) -> dict[str, Metric]:
     """{stage name: instructions of its forward} for the case's pipeline on ``first_input`` (stage 1's
-    prepared input). Raises Unavailable with the one-line reason when no count can be made."""
+    prepared input). ``model``: the benchmarked callable (or pipeline object) when it is not the case's
+    pipeline: the child re-creates it from its pickle instead of building the case. Raises Unavailable with
+    the one-line reason when no count can be made."""
     valgrind = find_valgrind()
     shim = build_shim()
+    model_bytes = pickled_callable(model) if model is not None else None
     with tempfile.TemporaryDirectory(prefix="s2st-instr-") as tmp:
         work = Path(tmp)
         try:
@@ -202,8 +243,12 @@ def count_pipeline(case: Mapping[str, Any], first_input: Any, *, warmup: int = 2
         except Exception as exc:
             raise Unavailable(f"the first input cannot be handed to the valgrind child (pickle: "
                               f"{type(exc).__name__}: {exc})"[:500]) from None
-        job = {"case": dict(case), "input": str(work / INPUT_FILE), "warmup": int(warmup), "seed": int(seed),
-               "shim": str(shim), "result": str(work / RESULT_FILE)}
+        job = {"case": dict(case) if model is None else None, "input": str(work / INPUT_FILE), "warmup": int(warmup),
+               "seed": int(seed), "shim": str(shim), "result": str(work / RESULT_FILE), "model": None}
+        if model_bytes is not None:
+            (work / MODEL_FILE).write_bytes(model_bytes)
+            job["model"], job["model_name"] = str(work / MODEL_FILE), callable_name(model)
+            job["sys_path"] = [p for p in sys.path if isinstance(p, str)]  # the test's modules, as pytest saw them
         (work / JOB_FILE).write_text(json.dumps(job))
         cmd = no_aslr_prefix() + [valgrind, "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no", "--dump-line=no",
                f"--callgrind-out-file={work / DUMP_PREFIX}", f"--log-file={work / VALGRIND_LOG}",
@@ -241,11 +286,13 @@ def count_pipeline(case: Mapping[str, Any], first_input: Any, *, warmup: int = 2
 
 class InstructionPass:
     """The runner's instruction pass: one valgrind child per pipeline (every stage counted on the
-    first sample), run on the first stage's call and read by name for the others."""
+    first sample), run on the first stage's call and read by name for the others. ``model``: the
+    benchmarked callable when it is not the case's pipeline (``s2st_benchmark(fn, inputs)``): the child
+    re-creates it from its pickle."""
 
     def __init__(self, method: str, case: Mapping[str, Any] | None, device: str, warmup: int = 2, seed: int = 1,
-                 timeout_s: float = TIMEOUT_S):
-        self.method, self.case, self.device = method, case, device
+                 timeout_s: float = TIMEOUT_S, model: Any = None):
+        self.method, self.case, self.device, self.model = method, case, device, model
         self.warmup, self.seed, self.timeout_s = warmup, seed, timeout_s
         self._results: dict[str, Metric] | None = None
         self._reason: str | None = None
@@ -271,12 +318,12 @@ class InstructionPass:
             self._reason = f"--s2st-instructions={self.method}: unknown method, expected one of {', '.join(METHODS)}"
         elif self.device != "cpu":
             self._reason = f"instructions are counted on cpu only (device is {self.device})"
-        elif self.case is None:
+        elif self.case is None and self.model is None:
             self._reason = ("the valgrind child rebuilds the pipeline from its config: this s2st_benchmark call "
                             "has no s2st_case")
         else:
             try:
                 self._results = count_pipeline(self.case, first_input, warmup=self.warmup, seed=self.seed,
-                                               timeout_s=self.timeout_s)
+                                               timeout_s=self.timeout_s, model=self.model)
             except Unavailable as exc:
                 self._reason = str(exc)
