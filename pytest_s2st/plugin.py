@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from .errors import S2STError
+from .gate import gate_help, gate_signature
 from .metrics import budget_signature
 from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
 from .settings import SETTINGS, argparse_type
@@ -22,11 +23,7 @@ MARKERS = {
     budget_signature():
                    "fail the test when a measured metric is over its limit; a budgeted metric that could not be "
                    "measured makes the test INCONCLUSIVE (a failure under --s2st-strict).",
-    "s2st_gate(scorer_id=, min_improvement_pct=, max_error_rate_increase=, max_speaker_drop=, max_duration_change_pct=, "
-    "max_ttfa_regression_pct=, speed_metric=, aggregate=)":
-                   "quality gate of a service benchmark (s2st_load): the frozen policy, over the config's `quality:` "
-                   "section; the candidate is judged against the baseline: PASS passes, FAIL fails, missing evidence "
-                   "is INCONCLUSIVE.",
+    gate_signature(): gate_help(),
     "s2st_models(*names)": "run this benchmark only on the configured cases whose model_type or case id "
                    "is one of names (e.g. 'S2UT', 'TTS-tiny').",
 }

@@ -26,15 +26,16 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import S2STError
 from ..inputs import finite, show
+from .scored import CORPUS, FLOOR
+from .scored import metrics as scored_metrics
 
 REFERENCE_KEY = "tgt_text"  # a sample's reference translation (fairseq's S2T manifests call the column so)
 TEXT_METRICS = ("bleu", "chrf")  # of the last text stage
 SPEECH_METRICS = ("asr_bleu", "asr_chrf")  # of the final waveform, through an ASR
 # policy key -> (metric, kind): "min" a floor on the candidate, "drop" a limit on baseline - candidate
-TRANSLATION_KEYS = {
-    "min_bleu": ("bleu", "min"), "max_bleu_drop": ("bleu", "drop"),
-    "min_chrf": ("chrf", "min"), "max_chrf_drop": ("chrf", "drop"),
-}
+# (quality/scored.py's corpus metrics: min_bleu, max_bleu_drop, min_chrf, ..., max_asr_chrf_drop)
+TRANSLATION_KEYS = {k: (m.name, "min" if rule == FLOOR else "drop")
+                    for m in scored_metrics(CORPUS) for k, rule in m.thresholds.items()}
 SCORE_MAX = 100.0  # sacrebleu's BLEU and chrF are in [0, 100]
 
 
