@@ -436,6 +436,19 @@ class Scorer:
         return Scores(self.scorer_id, base, cand, self.identity())
 
 
+_ASR: dict[tuple, ASRBackend] = {}
+
+
+def asr_backend(language: str, asr_model_dir: str | Path | None = None) -> ASRBackend:
+    """The offline ASR for ASR-BLEU in ``language``, one per configuration for the process (models load once):
+    pocketsphinx's shipped en-US model for en, else the local Whisper-style dir quality.asr_model_dir names
+    (without one: unavailable, with the reason)."""
+    key = (language, None if language == "en" else str(asr_model_dir))
+    if key not in _ASR:
+        _ASR[key] = PocketSphinxASR() if language == "en" else WhisperDirASR(asr_model_dir, languages=(language,))
+    return _ASR[key]
+
+
 _SCORERS: dict[str, Scorer] = {}
 
 
