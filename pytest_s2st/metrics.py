@@ -164,7 +164,7 @@ BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
 INFERENCE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == INFERENCE)
 SERVICE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == SERVICE)
 INFERENCE_NAMES: tuple[str, ...] = tuple(m.name for m in INFERENCE_METRICS)
-TRANSLATION_NAMES: tuple[str, ...] = ("bleu", "chrf")  # of a whole case, never of one stage
+TRANSLATION_NAMES: tuple[str, ...] = ("bleu", "chrf", "asr_bleu", "asr_chrf")  # of a whole case, never of one stage
 COMPARABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.comparable)
 
 
