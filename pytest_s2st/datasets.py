@@ -270,6 +270,7 @@ def _array_problem(key: str, value: Any) -> str | None:
 
 
 REFERENCE_KEY = "tgt_text"  # a sample's reference translation (quality/translation.py)
+TOKENS_KEY = "target"  # or its target tokens (fairseq's collaters' name), decoded by the pipeline's dictionary
 
 
 def _reference_problem(text: Any) -> str | None:
@@ -312,6 +313,12 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
             problem = _reference_problem(s[REFERENCE_KEY])
             if problem:
                 raise S2STError(f"{path}: sample {i} {REFERENCE_KEY} {problem}")
+        if TOKENS_KEY in s:  # the reference as target tokens (fairseq S2T / MT data): integers, one sequence
+            problem = _array_problem(TOKENS_KEY, s[TOKENS_KEY])
+            if problem is None and np.asarray(s[TOKENS_KEY]).dtype.kind not in "iu":
+                problem = f"holds {_show(np.asarray(s[TOKENS_KEY]).dtype, 200)}, expected integer token ids"
+            if problem:
+                raise S2STError(f"{path}: sample {i} {TOKENS_KEY} {problem}")
         checked.append(s)
     return checked
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from .errors import S2STError
 from .quality.policy import Policy
+from .quality.scored import needs_scores  # noqa: F401 -- the one definition; callers import it from here too
 
 PLUGIN_KEYS = ("baseline", "anchors", "asr_model_dir")
 
@@ -35,8 +36,22 @@ def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, A
     return Policy.from_mapping(merged, where)
 
 
-def needs_scores(policy: Policy) -> bool:
-    return policy.max_error_rate_increase is not None or policy.max_speaker_drop is not None
+def gate_signature() -> str:
+    """The s2st_gate marker's signature: every Policy key, in field order (the scored ones from quality/scored.py)."""
+    from dataclasses import fields
+
+    return f"s2st_gate({', '.join(f'{f.name}=' for f in fields(Policy))})"
+
+
+def gate_help() -> str:
+    """The s2st_gate marker's help: what it does, then each scored metric's keys (quality/scored.py)."""
+    from .quality.scored import SCORED_METRICS
+
+    scored = "; ".join(f"{'/'.join(m.thresholds)}: {m.name} ({m.units}, {'per utterance' if m.per == 'utterance' else 'of the case'})"
+                       for m in SCORED_METRICS)
+    return ("quality gate: the frozen policy, over the config's `quality:` section, of a service benchmark (s2st_load; "
+            "the candidate judged against the baseline) or of an s2st_benchmark case (its translations' scores): "
+            "PASS passes, FAIL fails, missing evidence is INCONCLUSIVE. Scored metrics: " + scored + ".")
 
 
 def baseline_from_compare(compared_mapping: Mapping[str, Mapping[str, Any]] | None, fullname: str) -> Path | None:

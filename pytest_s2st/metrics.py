@@ -119,6 +119,12 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("chrf", "chrF", "", fmt_score, INFERENCE, "sacrebleu corpus chrF of the last text stage against the "
               "reference translations", budgetable=False,
               help="corpus chrF of the translations (0-100, higher is better)"),
+    MetricDef("asr_bleu", "ASR-BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of an offline ASR's transcripts "
+              "of the output speech against the reference translations (fairseq asr_bleu)", budgetable=False,
+              help="corpus BLEU of the output speech, through ASR (0-100, higher is better)"),
+    MetricDef("asr_chrf", "ASR-chrF", "", fmt_score, INFERENCE, "sacrebleu corpus chrF of an offline ASR's "
+              "transcripts of the output speech against the reference translations", budgetable=False,
+              help="corpus chrF of the output speech, through ASR (0-100, higher is better)"),
     MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
               help="time to first audio"),
@@ -158,7 +164,7 @@ BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
 INFERENCE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == INFERENCE)
 SERVICE_METRICS: tuple[MetricDef, ...] = tuple(m for m in METRICS if m.family == SERVICE)
 INFERENCE_NAMES: tuple[str, ...] = tuple(m.name for m in INFERENCE_METRICS)
-TRANSLATION_NAMES: tuple[str, ...] = ("bleu", "chrf")  # of a whole case, never of one stage
+TRANSLATION_NAMES: tuple[str, ...] = ("bleu", "chrf", "asr_bleu", "asr_chrf")  # of a whole case, never of one stage
 COMPARABLE: tuple[str, ...] = tuple(m.name for m in METRICS if m.comparable)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from .errors import S2STError
+from .gate import gate_help, gate_signature
 from .metrics import budget_signature
 from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
 from .settings import SETTINGS, argparse_type
@@ -22,11 +23,7 @@ MARKERS = {
     budget_signature():
                    "fail the test when a measured metric is over its limit; a budgeted metric that could not be "
                    "measured makes the test INCONCLUSIVE (a failure under --s2st-strict).",
-    "s2st_gate(scorer_id=, min_improvement_pct=, max_error_rate_increase=, max_speaker_drop=, max_duration_change_pct=, "
-    "max_ttfa_regression_pct=, speed_metric=, aggregate=)":
-                   "quality gate of a service benchmark (s2st_load): the frozen policy, over the config's `quality:` "
-                   "section; the candidate is judged against the baseline: PASS passes, FAIL fails, missing evidence "
-                   "is INCONCLUSIVE.",
+    gate_signature(): gate_help(),
     "s2st_models(*names)": "run this benchmark only on the configured cases whose model_type or case id "
                    "is one of names (e.g. 'S2UT', 'TTS-tiny').",
 }
@@ -414,7 +411,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
             fail(exc)
         if case is not None:
-            _translation(request, state, case, dataset, measurement)
+            _translation(request, state, case, dataset, measurement, pipeline)
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if settings.get("dump_dir"):
             _dump(measurement, case, settings["dump_dir"])
@@ -424,29 +421,26 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
 
 def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, samples: list,
-                 measurement: Any) -> None:
-    """BLEU/chrF of the case's translations against its references (after every pass, never timed) into the
-    row; with translation thresholds in the frozen policy, the gate's verdict (measurement.gate)."""
+                 measurement: Any, pipeline: Any = None) -> None:
+    """BLEU/chrF of the case's translations and ASR-BLEU/ASR-chrF of its output speech against its references
+    (after every pass, never timed) into the row; with translation thresholds in the frozen policy, the gate's
+    verdict (measurement.gate)."""
     from .gate import gate_policy
     from .measure.record import Metric
-    from .quality.translation import (TEXT_METRICS, judge_translation, measure_translation, missing_metrics,
-                                      no_scores_reason, translation_keys)
+    from .quality.translation import judge_translation, translation_keys
     from .quality.verdict import Verdict
 
     where = str(case.config.path)
-    references = case.config.general.get("references")
-    names = [s.name for s in measurement.stages]
     marker = request.node.get_closest_marker("s2st_gate")
     try:
-        scores = measure_translation(samples, names, measurement.stage_outputs, references, where)
+        scores = case_translation_scores(case, samples, [s.name for s in measurement.stages],
+                                         measurement.stage_outputs, pipeline, where)
         policy = gate_policy(case.config.quality, marker.kwargs if marker else None, f"{where} (quality)")
     except S2STError as exc:
         fail(exc)
-    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items()})
+    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items() if not m.get("absent")})
     if policy is None or not translation_keys(policy):
         return
-    candidate = scores or missing_metrics(TEXT_METRICS, no_scores_reason(samples, names, measurement.stage_outputs,
-                                                                         references, where))
     base_path = (case.config.quality or {}).get("baseline")
     baseline = None
     if base_path:
@@ -454,11 +448,34 @@ def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, 
             baseline = _translation_baseline(state, str(base_path))
         except S2STError as exc:
             fail(exc)
-    status, reasons, metrics = judge_translation(policy, candidate, baseline, str(base_path or ""))
+    status, reasons, metrics = judge_translation(policy, scores, baseline, str(base_path or ""))
     measurement.gate = Verdict(status, reasons, {"translation": metrics})
     measurement.info["translation_gate"] = {"status": status, "reasons": reasons, "metrics": metrics,
                                             "baseline": str(base_path) if base_path else None,
                                             "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
+
+
+def case_translation_scores(case: Any, samples: list, names: list, outputs: list, pipeline: Any, where: str) -> dict:
+    """Every translation metric of a case's outputs (Metric dicts): BLEU/chrF of its last text stage, ASR-BLEU/
+    ASR-chrF of its final speech; a metric it could not score carries the reason (value None)."""
+    from .quality.scorers import asr_backend
+    from .quality.translation import (SPEECH_METRICS, TEXT_METRICS, measure_speech, measure_translation,
+                                      missing_metrics, no_scores_reason, target_language)
+
+    general = case.config.general
+    references = general.get("references")
+    finder = getattr(pipeline, "reference_decoder", None)
+    decode = finder() if callable(finder) else None
+    asr_dir = (case.config.quality or {}).get("asr_model_dir")
+    scores = measure_translation(samples, names, outputs, references, where, decode)
+    scores.update(measure_speech(samples, names, outputs, references, where,
+                                 target_language(general, case.config.stages),
+                                 lambda lang: asr_backend(lang, asr_dir), decode))
+    for kind, speech in ((TEXT_METRICS, False), (SPEECH_METRICS, True)):  # why not, for a gate that needs them
+        if not any(name in scores for name in kind):
+            scores.update({name: dict(m, absent=True) for name, m in missing_metrics(
+                kind, no_scores_reason(samples, names, outputs, references, where, decode, speech)).items()})
+    return scores
 
 
 def _translation_baseline(state: S2STSession, path: str) -> dict:
@@ -472,7 +489,7 @@ def _translation_baseline(state: S2STSession, path: str) -> dict:
             return state.translation_baselines[path]
     from .datasets import load_dataset
     from .pipelines.base import build_pipeline
-    from .quality.translation import measure_translation, run_outputs
+    from .quality.translation import run_outputs
 
     case = state.load_extra_case(path)
     general = case.config.general
@@ -484,10 +501,10 @@ def _translation_baseline(state: S2STSession, path: str) -> dict:
                               config_path=case.config.path, config_lines=case.config.lines)
     try:
         names, outputs = run_outputs(pipeline, samples)
+        scores = case_translation_scores(case, samples, names, outputs, pipeline, f"{path} (quality.baseline)")
     finally:
         pipeline.close()
-    state.translation_baselines[path] = measure_translation(samples, names, outputs, general.get("references"),
-                                                            f"{path} (quality.baseline)")
+    state.translation_baselines[path] = {k: m for k, m in scores.items() if not m.get("absent")}
     return state.translation_baselines[path]
 
 

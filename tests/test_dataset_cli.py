@@ -79,6 +79,7 @@ def test_subsets_from_fairseq_subset(s2t_dir, tmp_path, capsys):
             assert tuple(s["net_input"]["src_tokens"].shape) == (1, *feats.shape)
             np.testing.assert_array_equal(s["net_input"]["src_tokens"][0].numpy(), feats)
             assert lengths([s]) == [by_id[s["id"]]]
+            assert s["tgt_text"] == "hello world"  # the manifest's reference, kept for the quality gate
     all_lengths = sorted(by_id.values())
     assert lengths(subsets["short"]) == all_lengths[:4]
     assert lengths(subsets["long"]) == all_lengths[::-1][:4]
@@ -381,3 +382,21 @@ def test_bad_input_is_one_line_exit_2(case, s2t_dir, tmp_path, capsys):
     assert lines[0].startswith("s2st-dataset") and named in lines[0], lines[0]
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_subsets_of_a_translation_task_carry_the_decoded_targets(tmp_path, capsys):
+    """A binarised translation split holds no raw text: its target tokens are decoded with the task's target
+    dictionary into each sample's tgt_text (the reference the BLEU gate reads)."""
+    pytest.importorskip("fairseq")
+    from pytest_s2st.tiny.fairseq_tiny import EN_TEXTS, ES_TEXTS, _binarize_pair, _write_dict
+
+    d = tmp_path / "mt"
+    d.mkdir()
+    _write_dict(d / "dict.en.txt", sorted({w for t in EN_TEXTS for w in t.split()}))
+    _write_dict(d / "dict.es.txt", sorted({w for t in ES_TEXTS for w in t.split()}))
+    _binarize_pair(d, "en", "es", EN_TEXTS, ES_TEXTS)
+    rc, out, err = run(capsys, "subsets", "--data", d, "--subset", "valid", "--task", "translation",
+                       "--out", tmp_path / "o")
+    assert rc == 0, err
+    samples = load_npy_dataset(tmp_path / "o" / "short_datasetw_ids.npy")
+    assert sorted(s["tgt_text"] for s in samples) == sorted(ES_TEXTS)

@@ -184,8 +184,28 @@ def _mt_configs(root, staged):
         return root / f"{name}.yaml"
 
     gate = {"baseline": "base.yaml", "max_bleu_drop": 5, "max_chrf_drop": 5}
+    write("later", {"max_len_a": 0, "max_len_b": 1}, None)  # "same" in a later session, its outputs cut
+    later = yaml.safe_load((root / "later.yaml").read_text())
+    later["general"]["name"] = "same"
+    (root / "later.yaml").write_text(yaml.safe_dump(later, sort_keys=False))
     return (write("base", {}, None), write("same", {}, gate),
             write("cut", {"max_len_a": 0, "max_len_b": 1}, gate))
+
+
+def _docs_block_matches(output: list[str]) -> None:
+    """docs/quality.md's output example of this session: every line appears in what it printed (numbers masked,
+    as the README's examples are matched)."""
+    import re
+    from pathlib import Path
+
+    from test_readme import masked
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "quality.md").read_text()
+    block = re.search(r"^<!-- output: tests/test_translation_quality.py -->\n```\n(.*?)^```$", doc, re.S | re.M)
+    assert block, "docs/quality.md lost its tested output example"
+    shown = [masked(line) for line in output]
+    for line in block.group(1).splitlines():
+        assert any(masked(line) in s for s in shown), f"docs/quality.md shows {line!r}, the session did not print it"
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -193,11 +213,13 @@ def test_a_truncating_candidate_fails_on_bleu_and_an_unchanged_one_passes(pytest
     base, same, cut = _mt_configs(pytester.path, staged)
     pytester.makepyfile(test_bench=BENCH_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "--s2st-warmup=0", f"--s2st-config={base}",
-                                f"--s2st-config={same}", f"--s2st-config={cut}", "-v", "--benchmark-json=out.json")
+                                f"--s2st-config={same}", f"--s2st-config={cut}", "-v", "--benchmark-json=out.json",
+                                "--s2st-memory=off", "--benchmark-save=first")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*test_inference?MT-base? PASSED*", "*test_inference?MT-same? PASSED*",
                                  "*test_inference?MT-cut? FAILED*", "*bleu drop * > 5 (max_bleu_drop; baseline 100.00*",
                                  "*Name*BLEU*chrF*"])
+    _docs_block_matches(result.stdout.lines)
     rows = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
     for name in ("base", "same"):
         assert rows[f"test_inference[MT-{name}]"]["metrics"]["bleu"]["value"] == pytest.approx(100.0)
@@ -207,6 +229,13 @@ def test_a_truncating_candidate_fails_on_bleu_and_an_unchanged_one_passes(pytest
     assert cutrow["translation_gate"]["status"] == "FAIL"
     assert rows["test_inference[MT-same]"]["translation_gate"]["status"] == "PASS"
     assert "translation_gate" not in rows["test_inference[MT-base]"]
+    # the corrupted candidate is the "faster" one: less work per sample (FLOPs: deterministic, unlike a clock)
+    flops = {name: rows[f"test_inference[MT-{name}]"]["metrics"]["flops"]["value"] for name in ("same", "cut")}
+    assert flops["cut"] < flops["same"] / 2, flops
+    # --benchmark-compare shows the BLEU change: the same benchmark, its outputs cut in a later session
+    later = pytester.runpytest("-p", "no:cacheprovider", "--s2st-warmup=0", "--s2st-config=later.yaml",
+                               "--s2st-memory=off", "--s2st-flops=off", "--benchmark-compare=0001")
+    later.stdout.fnmatch_lines(["*Name*BLEU*chrF*", "*test_inference?MT-same?*100.00 -> * (-*%)*"])
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -223,3 +252,66 @@ def test_missing_references_make_the_gate_inconclusive(pytester, staged):
     result.stdout.fnmatch_lines(["*min_bleu: bleu unavailable for the candidate: no stage of this benchmark "
                                  "outputs text*"])
     assert result.ret == 0
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_speech_rows_carry_asr_bleu_and_a_missing_asr_is_inconclusive(pytester, staged):
+    """The staged S2UT config (speech out, speech.npy's English tgt_text, target_lang en): ASR-BLEU through
+    pocketsphinx in its row; the 3StageS2ST one ends in Spanish, for which no ASR is installed: a gate on
+    ASR-BLEU is INCONCLUSIVE with one line."""
+    def config(name, quality=None):
+        doc = yaml.safe_load((staged / "configs" / f"{name}.yaml").read_text())
+        for section in [doc["general"]] + [doc[k] for k in doc if k.startswith("stage")]:
+            for key in ("dataset_path", "references", "data", "path", "vocoder", "vocoder_cfg"):
+                if isinstance(section.get(key), str) and section[key].startswith(".."):
+                    section[key] = str((staged / "configs" / section[key]).resolve())
+        if quality:
+            doc["quality"] = quality
+        (pytester.path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        return f"--s2st-config={name}.yaml"
+
+    pytester.makepyfile(test_bench=BENCH_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--s2st-warmup=0", "--s2st-flops=off", "--s2st-memory=off",
+                                "--benchmark-json=out.json", config("S2UT"), config("3StageS2ST", {"min_asr_bleu": 10}))
+    result.stdout.fnmatch_lines(["*ASR-BLEU*ASR-chrF*", "*min_asr_bleu: asr_bleu unavailable for the candidate: no ASR "
+                                 "for ASR-BLEU: no ASR backend for 'es': no local Whisper-style model dir given*"])
+    rows = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
+    s2ut = rows["test_inference[S2UT-tiny]"]["metrics"]
+    assert "bleu" not in s2ut  # no stage writes text
+    for name in ("asr_bleu", "asr_chrf"):
+        value, details = s2ut[name]["value"], s2ut[name]["details"]
+        assert 0.0 <= value <= 100.0 and details["asr"] == "pocketsphinx-en-us" and details["language"] == "en"
+        assert details["scorer_id"].startswith("asrbleu-") and len(details["transcripts"]) == details["n"] == 2
+        assert details["references"] == "dataset tgt_text"
+    three = rows["test_inference[3StageS2ST-tiny]"]
+    assert three["metrics"]["bleu"]["details"]["stage"] == "mt" and three["metrics"]["asr_bleu"]["value"] is None
+    assert three["translation_gate"]["status"] == "INCONCLUSIVE"
+
+
+def test_target_tokens_are_decoded_with_the_pipelines_dictionary(staged):
+    """A dataset holding its references as target tokens (fairseq S2T data's `target`) instead of text: decoded
+    with the target dictionary of the pipeline's last text stage; S2UT's units decode to no text."""
+    from pytest_s2st.datasets import load_dataset, save_npy_dataset
+    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.quality.translation import NoReferences
+    from pytest_s2st.tiny.fairseq_tiny import EN_TEXTS
+
+    from pytest_s2st.cases import load_case
+
+    case = load_case(staged / "configs" / "S2T.yaml", {}, lambda key: None)
+    samples = load_dataset(case.config.general["dataset_path"], "npy", 2)
+    pipeline = build_pipeline("S2T", case.config.stages, device="cpu", config_path=case.config.path)
+    decode = pipeline.reference_decoder()
+    vocab = pipeline.stages[0].tgt_dict
+    tokens = [dict({k: v for k, v in s.items() if k != "tgt_text"},
+                   target=vocab.encode_line(EN_TEXTS[i], add_if_not_exist=False, append_eos=True).long())
+              for i, s in enumerate(samples)]
+    path = save_npy_dataset(tokens, staged / "tokens_refs.npy")
+    assert references_for(load_dataset(path, "npy", 2), None, "x", decode) == (
+        EN_TEXTS[:2], "dataset target tokens (decoded with s2t's target dictionary)")
+    with pytest.raises(NoReferences, match="holds 'target' tokens but no stage of this pipeline writes text"):
+        references_for(tokens, None, "x", None)
+    bad = [dict(tokens[0], target=np.array([0.5, 1.5]))]
+    with pytest.raises(S2STError, match="sample 0 target holds float64, expected integer token ids"):
+        load_dataset(save_npy_dataset(bad, staged / "bad_refs.npy"), "npy", 1)
+    pipeline.close()

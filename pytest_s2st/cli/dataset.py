@@ -68,7 +68,8 @@ def _one_line(exc: BaseException) -> str:
 
 def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str | None = None) -> list[dict]:
     """fairseq set-up of ``task`` on ``data``, load_dataset(subset), then one sample per batch of
-    one, unshuffled (upstream load_dataset_task): {id, net_input: {src_tokens, src_lengths}}."""
+    one, unshuffled (upstream load_dataset_task): {id, net_input: {src_tokens, src_lengths}}, plus the
+    reference translation as ``tgt_text`` where the data holds one (_reference)."""
     data = Path(data)
     if not data.is_dir():
         raise S2STError(f"{data}: --data directory not found")
@@ -115,9 +116,34 @@ def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str
                 samples.append({"id": ids[index] if ids is not None else index,
                                 "net_input": {"src_tokens": net_input["src_tokens"],
                                               "src_lengths": net_input["src_lengths"]}})
+                reference = _reference(dataset, fs_task, task, index, batch)
+                if reference is not None:
+                    samples[-1]["tgt_text"] = reference
         except Exception as exc:  # unreadable feature files, bad tsv rows
             raise S2STError(f"{data}: cannot read subset {subset!r} sample {len(samples)}: {_one_line(exc)}") from None
     return samples
+
+
+def _reference(dataset: Any, fs_task: Any, task: str, index: int, batch: dict) -> str | None:
+    """The sample's reference translation, kept as ``tgt_text`` for the quality gate (quality/translation.py):
+    the manifest's own text (speech_to_text's tgt_text column, before any BPE), else the batch's target tokens
+    decoded with the task's target dictionary (translation: the binarised, tokenised target). speech_to_speech
+    targets are units, not text: none. One line, like the dataset loader's own refusals."""
+    texts = getattr(dataset, "tgt_texts", None)
+    if texts is not None and index < len(texts) and isinstance(texts[index], str):
+        text = texts[index]
+    elif task != "speech_to_speech" and batch.get("target") is not None \
+            and getattr(fs_task, "target_dictionary", None) is not None:
+        text = fs_task.target_dictionary.string(batch["target"][0])
+    else:
+        return None
+    from ..datasets import _reference_problem
+
+    text = " ".join(text.split())
+    problem = _reference_problem(text)
+    if problem:
+        raise S2STError(f"sample {index}: reference {problem}")
+    return text
 
 
 # ---------------------------------------------------------------- writing

@@ -417,6 +417,18 @@ class ProcessingStage(_StageBase):
             text = self.tokenizer.decode(text)
         return text
 
+    def decode_reference(self, tokens: Any) -> str:
+        """A reference held as target tokens (fairseq S2T / MT data's ``target``) as text, the way decode() writes
+        a hypothesis: this stage's target dictionary, its BPE and tokenizer; eos, pad and bos left out."""
+        t = tokens if isinstance(tokens, torch.Tensor) else torch.as_tensor(np.asarray(tokens))
+        ignore = set(self._strip or ()) | {self.tgt_dict.pad(), self.tgt_dict.bos()}
+        text = self.tgt_dict.string(t.reshape(-1).int().cpu(), self.remove_bpe, extra_symbols_to_ignore=ignore)
+        if self.bpe is not None:
+            text = self.bpe.decode(text)
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(text)
+        return text
+
     def forward(self, x: dict) -> dict:
         with torch.inference_mode():
             hypos = self.task.inference_step(self.generator, [self.model], x, prefix_tokens=None, constraints=None)
@@ -664,6 +676,15 @@ class FairseqPipeline:
 
     def assets(self) -> dict[str, str]:
         return {str(p): sha256_file(p) for st in self.stages for p in st.asset_files}
+
+    def reference_decoder(self) -> tuple[str, Callable[[Any], str]] | None:
+        """(stage name, tokens -> text) with the target dictionary of the last stage that writes text (S2T, MT),
+        for references a dataset holds as target tokens; None when no stage writes text (S2UT's units are not
+        text)."""
+        for st in reversed(self.stages):
+            if isinstance(st, ProcessingStage) and st.role != "s2u":
+                return st.name, st.decode_reference
+        return None
 
     def close(self) -> None:
         for st in self.stages:

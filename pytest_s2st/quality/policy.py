@@ -13,26 +13,32 @@ from typing import Any, Mapping
 
 from ..errors import S2STError
 from ..inputs import closest, finite, load_json, load_yaml, show
+from .scored import BY_KEY, UTTERANCE, later_keys, threshold_keys
 
-# Thresholds read from a scorer's output (ASR, speaker verifier): they need a frozen scorer_id.
-SCORED_THRESHOLDS = ("max_error_rate_increase", "max_speaker_drop")
+# Thresholds on scored metrics (quality/scored.py's table): per-utterance ones need a frozen scorer_id.
+SCORED_THRESHOLDS = threshold_keys(UTTERANCE)
 # Thresholds recomputed from the run dirs themselves (WAV lengths, request timings).
 RUN_THRESHOLDS = ("max_duration_change_pct", "max_ttfa_regression_pct", "min_improvement_pct", "min_snr_db")
-# Thresholds on sacrebleu corpus scores of a benchmark's translations (quality/translation.py), in [0, 100].
-TRANSLATION_THRESHOLDS = ("min_bleu", "max_bleu_drop", "min_chrf", "max_chrf_drop")
 # Keys added after policies were first saved: left out of to_dict (and the fingerprint) while unset,
 # so every policy saved before them keeps its fingerprint.
-LATER_KEYS = ("min_snr_db",) + TRANSLATION_THRESHOLDS
+LATER_KEYS = ("min_snr_db",) + later_keys()
 SPEED_METRICS = ("rtf", "ttfa_s")
 AGGREGATES = ("mean", "each")
 
 
+def _scored_fields(cls: type) -> type:
+    """Every threshold key of the scored-metric table becomes a field ``float | None = None``."""
+    for key in threshold_keys():
+        cls.__annotations__[key] = "float | None"
+        setattr(cls, key, None)
+    return cls
+
+
 @dataclass(frozen=True)
+@_scored_fields
 class Policy:
     scorer_id: str | None = None
     min_improvement_pct: float | None = None  # speed_metric must improve by at least this much, every concurrency
-    max_error_rate_increase: float | None = None  # absolute WER (en) / CER (zh) increase
-    max_speaker_drop: float | None = None  # cosine drop against the same voice anchor
     max_duration_change_pct: float | None = None  # |candidate - baseline| / baseline per utterance
     max_ttfa_regression_pct: float | None = None  # mean TTFA increase, every concurrency
     speed_metric: str = "rtf"  # what speedup and min_improvement_pct are measured on
@@ -40,12 +46,8 @@ class Policy:
     # same request, same seed -> the same audio: SNR (dB) of the candidate's PCM against the baseline's
     # of the same id; for candidates that change how audio is delivered (streaming), not what is generated
     min_snr_db: float | None = None
-    # translations against reference translations (sacrebleu BLEU / chrF, 0..100): a floor on the candidate,
-    # or the most the candidate may lose against the baseline
-    min_bleu: float | None = None
-    max_bleu_drop: float | None = None
-    min_chrf: float | None = None
-    max_chrf_drop: float | None = None
+    # then one field per threshold key of quality/scored.py (max_error_rate_increase, max_speaker_drop, min_bleu,
+    # max_bleu_drop, ...), added by _scored_fields
 
     @classmethod
     def from_mapping(cls, data: Any, where: str) -> "Policy":
@@ -77,8 +79,9 @@ class Policy:
                     raise S2STError(f"{where}: {key} must be a finite number, got {show(repr(value))}")
                 if number < 0:
                     raise S2STError(f"{where}: {key} must be >= 0, got {value!r}")
-                if key in TRANSLATION_THRESHOLDS and number > 100:  # sacrebleu scores are in [0, 100]
-                    raise S2STError(f"{where}: {key} must be <= 100 (a sacrebleu score), got {value!r}")
+                upper = BY_KEY[key][0].upper if key in BY_KEY else None
+                if upper is not None and number > upper:  # e.g. sacrebleu scores are in [0, 100]
+                    raise S2STError(f"{where}: {key} must be <= {upper:g} ({BY_KEY[key][0].units}), got {value!r}")
                 values[key] = number
         policy = cls(**values)
         if policy.scorer_id is None:
@@ -103,5 +106,4 @@ class Policy:
 
     def thresholds(self) -> dict[str, float]:
         """The thresholds that are set (None means not gated)."""
-        return {k: getattr(self, k) for k in SCORED_THRESHOLDS + RUN_THRESHOLDS + TRANSLATION_THRESHOLDS
-                if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in threshold_keys() + RUN_THRESHOLDS if getattr(self, k) is not None}

@@ -4,7 +4,8 @@
      "baseline":  [{"id", "pcm_sha256", "error_rate", "speaker_similarity", ...}, ...],
      "candidate": [...]}
 
-error_rate / speaker_similarity may be null; an optional "<metric>_reason" then says why.
+Every per-utterance metric of quality/scored.py (error_rate, speaker_similarity, ...) is a key of each
+entry; it may be null, and an optional "<metric>_reason" then says why.
 Extra keys (transcript, reference, error_metric, timings) are kept and written back untouched.
 """
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any, Mapping
 
 from ..errors import S2STError
 from ..inputs import dumps, finite, load_json, read_bytes, show
+from .scored import score_fields
 
 SIDES = ("baseline", "candidate")
-SCORE_FIELDS = ("error_rate", "speaker_similarity")
+SCORE_FIELDS = score_fields()  # quality/scored.py's per-utterance metrics
 
 
 WAV_LIMIT = 2048 * 2**20  # one WAV file (datasets.Limits.audio_bytes: the same bound)
@@ -56,19 +58,32 @@ def pcm_digest(samples: Any) -> str:
 
 @dataclass
 class Score:
+    """One utterance's scores: values holds every SCORE_FIELDS name (None: unavailable, see reason());
+    ``score.error_rate`` reads values["error_rate"]."""
+
     id: str
     pcm_sha256: str
-    error_rate: float | None
-    speaker_similarity: float | None
+    values: dict[str, float | None] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.values) - set(SCORE_FIELDS)
+        if unknown:
+            raise ValueError(f"not a scored metric: {', '.join(sorted(unknown))} (quality/scored.py)")
+        self.values = {name: self.values.get(name) for name in SCORE_FIELDS}
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values")
+        if values is not None and name in SCORE_FIELDS:
+            return values[name]
+        raise AttributeError(name)
 
     def reason(self, name: str) -> str | None:
         value = self.extra.get(f"{name}_reason")
         return str(value) if value is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"id": self.id, "pcm_sha256": self.pcm_sha256, "error_rate": self.error_rate,
-               "speaker_similarity": self.speaker_similarity}
+        out = {"id": self.id, "pcm_sha256": self.pcm_sha256, **self.values}
         out.update(self.extra)
         return out
 
@@ -118,7 +133,7 @@ def _score(item: Any, where: str) -> Score:
             raise S2STError(f"{where} ({show(rid)}): {name} must be a finite number or null, got {show(repr(value))}")
         values[name] = None if value is None else finite(value)
     extra = {k: v for k, v in item.items() if k not in ("id", "pcm_sha256") + SCORE_FIELDS}
-    return Score(rid, digest.lower(), values["error_rate"], values["speaker_similarity"], extra)
+    return Score(rid, digest.lower(), values, extra)
 
 
 def scores_from_mapping(data: Any, where: str) -> Scores:

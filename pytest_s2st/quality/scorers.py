@@ -18,12 +18,14 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
 from ..errors import S2STError
 from ..runs import load_run
+from .scored import UTTERANCE
+from .scored import metrics as scored_metrics
 from .scorefile import Score, Scores, pcm_sha256, read_wav
 
 ASR_RATE = 16000  # both pocketsphinx's en-US model and Resemblyzer expect 16 kHz
@@ -303,6 +305,72 @@ class Costs:
     audio_s: list[float] = field(default_factory=list)
 
 
+@dataclass
+class Utterance:
+    """What a per-utterance backend scores: one response's audio (mono, 16 kHz) and its request."""
+
+    wav16k: np.ndarray
+    text: str | None
+    language: str
+    voice: str | None
+
+
+class ErrorRateBackend:
+    """error_rate (quality/scored.py backend "asr"): WER/CER of an ASR transcript against the request's text."""
+
+    def __init__(self, asr: Mapping[str, ASRBackend], costs: Costs) -> None:
+        self.asr = asr
+        self.costs = costs
+
+    def identity(self) -> dict[str, Any]:
+        return {lang: b.identity() for lang, b in sorted(self.asr.items())}
+
+    def score(self, u: Utterance) -> tuple[float | None, str | None, dict[str, Any]]:
+        backend = self.asr.get(u.language)
+        why = backend.unavailable(u.language) if backend is not None else f"no ASR backend configured for {u.language!r}"
+        if why is None and not (u.text or "").strip():
+            why = "the request record has no reference text"
+        if why is not None:
+            return None, why, {}
+        t0 = time.perf_counter()
+        hyp = backend.transcribe(u.wav16k, u.language)
+        self.costs.asr_s.append(time.perf_counter() - t0)
+        self.costs.audio_s.append(len(u.wav16k) / ASR_RATE)
+        self.costs.asr_init_s = getattr(backend, "init_s", None)
+        er, metric = error_rate(u.text or "", hyp, u.language)
+        return er, None, {"error_metric": metric, "transcript": hyp}
+
+
+class SpeakerBackend:
+    """speaker_similarity (backend "speaker"): Resemblyzer cosine against the voice's anchor recording."""
+
+    def __init__(self, speaker: ResemblyzerSpeaker, costs: Costs) -> None:
+        self.speaker = speaker
+        self.costs = costs
+
+    def identity(self) -> dict[str, Any]:
+        return self.speaker.identity()
+
+    def score(self, u: Utterance) -> tuple[float | None, str | None, dict[str, Any]]:
+        try:
+            sim, why = self.speaker.similarity(u.wav16k, u.voice)
+        except ValueError as exc:
+            return None, f"speaker embedding failed: {exc}", {}
+        if sim is not None:
+            self.costs.speaker_s.append(self.speaker.last_s)
+            self.costs.speaker_init_s = self.speaker.init_s
+        return sim, why, {}
+
+
+# quality/scored.py's per-utterance backend name -> its factory (the Scorer being built): each returns an
+# object with identity() (what its scores depend on: part of scorer_id under its name) and
+# score(Utterance) -> (value or None, reason when None, extra keys for the score file)
+BACKENDS: dict[str, Callable[["Scorer"], Any]] = {
+    "asr": lambda scorer: ErrorRateBackend(scorer.asr, scorer.costs),
+    "speaker": lambda scorer: SpeakerBackend(scorer.speaker, scorer.costs),
+}
+
+
 class Scorer:
     def __init__(self, anchors: str | Path | Mapping[str, str | Path] | None = None,
                  asr: Mapping[str, ASRBackend] | None = None, asr_model_dir: str | Path | None = None) -> None:
@@ -311,6 +379,8 @@ class Scorer:
             "en": PocketSphinxASR(), "zh": WhisperDirASR(asr_model_dir)}
         self.speaker = ResemblyzerSpeaker(self.anchors)
         self.costs = Costs()
+        # one backend per per-utterance metric of the table, in table order
+        self.backends = {m.backend: BACKENDS[m.backend](self) for m in scored_metrics(UTTERANCE)}
         self._cache: dict[tuple, Score] = {}
         self._identity: dict[str, Any] | None = None
 
@@ -319,8 +389,7 @@ class Scorer:
             self._identity = {
                 "scorer": "pytest-s2st offline scorer v1", "normalizer": NORMALIZER, "jiwer": _version("jiwer"),
                 "resample": f"scipy.signal.resample_poly to {ASR_RATE} Hz (scipy {_version('scipy')})",
-                "asr": {lang: b.identity() for lang, b in sorted(self.asr.items())},
-                "speaker": self.speaker.identity(),
+                **{name: backend.identity() for name, backend in self.backends.items()},
             }
         return self._identity
 
@@ -335,34 +404,17 @@ class Scorer:
         key = (digest, text, lang, voice)
         if key in self._cache:  # the same PCM scored before (e.g. an unchanged candidate): same answer
             cached = self._cache[key]
-            return Score(rid, digest, cached.error_rate, cached.speaker_similarity, dict(cached.extra))
-        wav = load_16k(wav_path)
+            return Score(rid, digest, dict(cached.values), dict(cached.extra))
+        utterance = Utterance(load_16k(wav_path), text, lang, voice)
         extra: dict[str, Any] = {"language": lang, "voice": voice, "reference": text}
-        er = None
-        backend = self.asr.get(lang)
-        why = backend.unavailable(lang) if backend is not None else f"no ASR backend configured for {lang!r}"
-        if why is None and not (text or "").strip():
-            why = "the request record has no reference text"
-        if why is None:
-            t0 = time.perf_counter()
-            hyp = backend.transcribe(wav, lang)
-            self.costs.asr_s.append(time.perf_counter() - t0)
-            self.costs.audio_s.append(len(wav) / ASR_RATE)
-            self.costs.asr_init_s = getattr(backend, "init_s", None)
-            er, extra["error_metric"] = error_rate(text, hyp, lang)
-            extra["transcript"] = hyp
-        else:
-            extra["error_rate_reason"] = why
-        try:
-            sim, sim_why = self.speaker.similarity(wav, voice)
-        except ValueError as exc:
-            sim, sim_why = None, f"speaker embedding failed: {exc}"
-        if sim is not None:
-            self.costs.speaker_s.append(self.speaker.last_s)
-            self.costs.speaker_init_s = self.speaker.init_s
-        else:
-            extra["speaker_similarity_reason"] = sim_why
-        score = Score(rid, digest, er, sim, extra)
+        values: dict[str, float | None] = {}
+        for metric in scored_metrics(UTTERANCE):
+            value, why, more = self.backends[metric.backend].score(utterance)
+            values[metric.name] = value
+            extra.update(more)
+            if value is None:
+                extra[f"{metric.name}_reason"] = why or "no reason given"
+        score = Score(rid, digest, values, extra)
         self._cache[key] = score
         return score
 
@@ -382,6 +434,19 @@ class Scorer:
     def score_runs(self, baseline_dir: str | Path, candidate_dir: str | Path) -> Scores:
         base, cand = self.score_run(baseline_dir), self.score_run(candidate_dir)
         return Scores(self.scorer_id, base, cand, self.identity())
+
+
+_ASR: dict[tuple, ASRBackend] = {}
+
+
+def asr_backend(language: str, asr_model_dir: str | Path | None = None) -> ASRBackend:
+    """The offline ASR for ASR-BLEU in ``language``, one per configuration for the process (models load once):
+    pocketsphinx's shipped en-US model for en, else the local Whisper-style dir quality.asr_model_dir names
+    (without one: unavailable, with the reason)."""
+    key = (language, None if language == "en" else str(asr_model_dir))
+    if key not in _ASR:
+        _ASR[key] = PocketSphinxASR() if language == "en" else WhisperDirASR(asr_model_dir, languages=(language,))
+    return _ASR[key]
 
 
 _SCORERS: dict[str, Scorer] = {}

@@ -26,15 +26,17 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import S2STError
 from ..inputs import finite, show
+from .scored import CORPUS, FLOOR
+from .scored import metrics as scored_metrics
 
 REFERENCE_KEY = "tgt_text"  # a sample's reference translation (fairseq's S2T manifests call the column so)
+TOKENS_KEY = "target"  # or its target tokens, as fairseq's collaters batch them (S2T / MT data)
 TEXT_METRICS = ("bleu", "chrf")  # of the last text stage
 SPEECH_METRICS = ("asr_bleu", "asr_chrf")  # of the final waveform, through an ASR
 # policy key -> (metric, kind): "min" a floor on the candidate, "drop" a limit on baseline - candidate
-TRANSLATION_KEYS = {
-    "min_bleu": ("bleu", "min"), "max_bleu_drop": ("bleu", "drop"),
-    "min_chrf": ("chrf", "min"), "max_chrf_drop": ("chrf", "drop"),
-}
+# (quality/scored.py's corpus metrics: min_bleu, max_bleu_drop, min_chrf, ..., max_asr_chrf_drop)
+TRANSLATION_KEYS = {k: (m.name, "min" if rule == FLOOR else "drop")
+                    for m in scored_metrics(CORPUS) for k, rule in m.thresholds.items()}
 SCORE_MAX = 100.0  # sacrebleu's BLEU and chrF are in [0, 100]
 
 
@@ -52,9 +54,11 @@ def read_references(path: str | Path, where: str) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def references_for(samples: Sequence[Any], references_file: str | Path | None, where: str) -> tuple[list[str], str]:
+def references_for(samples: Sequence[Any], references_file: str | Path | None, where: str,
+                   decode: tuple[str, Any] | None = None) -> tuple[list[str], str]:
     """(one reference per sample, where they came from). NoReferences when there are none; S2STError when a
-    references file is unusable (shorter than the dataset, unreadable)."""
+    references file is unusable (shorter than the dataset, unreadable). ``decode``: (stage name, tokens -> text),
+    for samples that hold their reference as target tokens (``target``, as fairseq's S2T / MT data does)."""
     n = len(samples)
     if references_file:
         refs = read_references(references_file, where)
@@ -62,14 +66,23 @@ def references_for(samples: Sequence[Any], references_file: str | Path | None, w
             raise S2STError(f"{show(str(references_file))} ({where}): {len(refs)} reference line(s) for {n} "
                             "sample(s): one line per sample, in dataset order")
         return refs[:n], f"file {references_file}"
-    refs = []
+    refs, kinds = [], set()
     for i, sample in enumerate(samples):
         ref = sample.get(REFERENCE_KEY) if isinstance(sample, Mapping) else None
-        if not isinstance(ref, str):
-            raise NoReferences(f"no reference translations: sample {i} has no {REFERENCE_KEY!r} and no "
-                               "general.references file is set")
-        refs.append(ref.strip())
-    return refs, f"dataset {REFERENCE_KEY}"
+        tokens = sample.get(TOKENS_KEY) if isinstance(sample, Mapping) else None
+        if isinstance(ref, str):
+            refs.append(ref.strip())
+            kinds.add(f"dataset {REFERENCE_KEY}")
+        elif tokens is not None and decode is not None:
+            refs.append(" ".join(str(decode[1](tokens)).split()))
+            kinds.add(f"dataset {TOKENS_KEY} tokens (decoded with {decode[0]}'s target dictionary)")
+        elif tokens is not None:
+            raise NoReferences(f"no reference translations: sample {i} holds {TOKENS_KEY!r} tokens but no stage of "
+                               "this pipeline writes text, so no dictionary decodes them (S2UT targets are units)")
+        else:
+            raise NoReferences(f"no reference translations: sample {i} has no {REFERENCE_KEY!r} (or {TOKENS_KEY!r} "
+                               "tokens) and no general.references file is set")
+    return refs, " + ".join(sorted(kinds))
 
 
 def sacrebleu_version() -> str:
@@ -221,8 +234,12 @@ def judge_translation(policy: Any, candidate: Mapping[str, Any], baseline: Mappi
             missing.append(f"{key}: {metric} unavailable for the baseline {baseline_name or ''}: "
                            f"{base.get('reason') or 'the baseline scored no translations'}".replace("  ", " "))
             continue
-        sig_b = (base.get("details") or {}).get("signature")
-        sig_c = (cand.get("details") or {}).get("signature")
+        details_b, details_c = base.get("details") or {}, cand.get("details") or {}
+        sig_b, sig_c = details_b.get("signature"), details_c.get("signature")
+        if details_b.get("scorer_id") != details_c.get("scorer_id"):  # ASR-BLEU through another ASR
+            missing.append(f"{key}: {metric} transcribed by another ASR: baseline {details_b.get('scorer_id')!r}, "
+                           f"candidate {details_c.get('scorer_id')!r}")
+            continue
         if sig_b != sig_c:
             missing.append(f"{key}: {metric} scored differently: baseline {sig_b!r}, candidate {sig_c!r}")
             continue
@@ -250,14 +267,14 @@ def run_outputs(pipeline: Any, samples: Sequence[Any]) -> tuple[list[str], list[
 
 
 def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
-                        references_file: str | Path | None, where: str) -> dict[str, dict[str, Any]]:
+                        references_file: str | Path | None, where: str, decode: Any = None) -> dict[str, dict[str, Any]]:
     """The translation metrics of one benchmark (Metric dicts by name): BLEU/chrF of its last text stage;
     {} when no stage emits text or there are no references (nothing to report); a missing metric with the
     reason when sacrebleu is not installed. A bad references file is an S2STError line."""
     if last_text_stage(stage_names, stage_outputs) is None:
         return {}
     try:
-        refs, source = references_for(samples, references_file, where)
+        refs, source = references_for(samples, references_file, where, decode)
     except NoReferences:
         return {}
     try:
@@ -266,13 +283,68 @@ def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stag
         return missing_metrics(TEXT_METRICS, str(exc))
 
 
+def target_language(general: Mapping[str, Any], stages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The language of the references and of the output speech: ``general.target_lang``, else the last stage's
+    ``target_lang`` (an MT stage's fairseq argument), else None (unknown: no ASR is guessed)."""
+    for value in [general.get("target_lang")] + [st.get("target_lang") for st in reversed(list(stages))]:
+        if isinstance(value, str) and value.strip():
+            from .scorers import normalize_language
+
+            return normalize_language(value)
+    return None
+
+
+def final_waveforms(stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]]
+                    ) -> tuple[str, list[tuple[Any, int]]] | None:
+    """(stage name, waveforms) when the last stage's every output is speech, else None."""
+    if not stage_outputs or not stage_outputs[-1]:
+        return None
+    waves = [waveform_of(o) for o in stage_outputs[-1]]
+    if any(w is None for w in waves):
+        return None
+    return stage_names[-1], waves  # type: ignore[return-value]
+
+
+def measure_speech(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
+                   references_file: str | Path | None, where: str, language: str | None,
+                   asr_for: Any, decode: Any = None) -> dict[str, dict[str, Any]]:
+    """ASR-BLEU / ASR-chrF of a benchmark whose last stage outputs speech (Metric dicts by name): {} when it
+    does not or there are no references; a missing metric with the reason (no target language, no ASR for it,
+    sacrebleu missing) otherwise. ``asr_for(language)`` gives the ASR backend (scorers.asr_backend)."""
+    found = final_waveforms(stage_names, stage_outputs)
+    if found is None:
+        return {}
+    try:
+        refs, source = references_for(samples, references_file, where, decode)
+    except NoReferences:
+        return {}
+    if language is None:
+        return missing_metrics(SPEECH_METRICS, "no target language for the ASR: set general.target_lang "
+                                               "(the language of the references and the output speech)")
+    stage, waves = found
+    try:
+        result = asr_bleu(waves, refs, asr_for(language), language)
+    except (NoReferences, S2STError) as exc:
+        return missing_metrics(SPEECH_METRICS, str(exc))
+    out = {}
+    for name in SPEECH_METRICS:
+        out[name] = {"value": result[name]["value"], "method": f"{result['asr']} ASR + sacrebleu {sacrebleu_version()}",
+                     "details": {"signature": result[name]["signature"], "asr": result["asr"],
+                                 "scorer_id": result["scorer_id"], "language": language, "stage": stage,
+                                 "n": len(waves), "references": source, "transcripts": result["transcripts"]}}
+    return out
+
+
 def no_scores_reason(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
-                     references_file: str | Path | None, where: str) -> str:
-    """Why a benchmark has no translation scores (for an INCONCLUSIVE line)."""
-    if last_text_stage(stage_names, stage_outputs) is None:
+                     references_file: str | Path | None, where: str, decode: Any = None, speech: bool = False) -> str:
+    """Why a benchmark has no translation scores of its text (or, ``speech``, of its output speech), for an
+    INCONCLUSIVE line."""
+    if speech and final_waveforms(stage_names, stage_outputs) is None:
+        return "the last stage of this benchmark does not output speech"
+    if not speech and last_text_stage(stage_names, stage_outputs) is None:
         return "no stage of this benchmark outputs text"
     try:
-        references_for(samples, references_file, where)
+        references_for(samples, references_file, where, decode)
     except NoReferences as exc:
         return str(exc)
     return "not scored"

@@ -17,7 +17,9 @@ from typing import Any
 from ..errors import S2STError
 from ..inputs import finite, is_regular_file, show
 from ..runs import SUMMARY, Run, level_name, load_run, request_metrics
-from .policy import TRANSLATION_THRESHOLDS, Policy
+from .policy import Policy
+from .scored import CORPUS, FLOOR, UTTERANCE, WORSE, gated, needs_scores
+from .scored import metrics as scored_metrics
 from .scorefile import SIDES, Scores, pcm_digest, read_wav
 
 PASS, FAIL, INCONCLUSIVE = "PASS", "FAIL", "INCONCLUSIVE"
@@ -156,15 +158,14 @@ def _judge_bindings(judge: _Judge, base: Run, cand: Run, scores: Scores | None) 
             if fp != policy.fingerprint():
                 judge.missing.append(f"policy fingerprint mismatch: {label} run saved {fp[:12]}, judged under {policy.fingerprint()[:12]}")
 
-    translation = [k for k in TRANSLATION_THRESHOLDS if getattr(policy, k) is not None]
+    translation = list(gated(policy, CORPUS))
     if translation:  # run dirs hold speech and the request's own text, no reference translations
         judge.missing.append(f"{', '.join(translation)}: a service run holds no reference translations, so no "
                              "BLEU/chrF (translation thresholds are judged on s2st_benchmark cases)")
-    need_scores = any(getattr(policy, k) is not None for k in ("max_error_rate_increase", "max_speaker_drop"))
     if scores is not None and policy.scorer_id is not None and scores.scorer_id != policy.scorer_id:
         judge.missing.append(f"scorer identity {scores.scorer_id!r} is not the frozen {policy.scorer_id!r}")
-    if need_scores and scores is None:
-        judge.missing.append("no quality scores given, and the policy gates error rate / speaker similarity")
+    if needs_scores(policy) and scores is None:
+        judge.missing.append(f"no quality scores given, and the policy gates {', '.join(gated(policy, UTTERANCE))}")
     judge.metrics["scorer_id"] = scores.scorer_id if scores is not None else None
 
 
@@ -178,7 +179,7 @@ def _judge_ids(judge: _Judge, base: Run, cand: Run, scores: Scores | None
     wav_cache: dict = {}
     durations: dict[str, float] = {}
     snrs: dict[str, float | None] = {}
-    quality: dict[str, dict[str, dict[str, float]]] = {"error_rate": {}, "speaker_similarity": {}}
+    quality: dict[str, dict[str, dict[str, float]]] = {m.name: {} for m in scored_metrics(UTTERANCE)}
     for rid in ids:
         usable = True
         facts = {}
@@ -225,11 +226,11 @@ def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | N
         judge.missing.append(f"{side} score for {rid} is bound to pcm_sha256 {score.pcm_sha256[:12]}, "
                              f"the WAV is {wav[0][:12]}")
         return wav, False
-    for name in quality:
-        value = getattr(score, name)
-        limit_key = "max_error_rate_increase" if name == "error_rate" else "max_speaker_drop"
+    for metric in scored_metrics(UTTERANCE):
+        name = metric.name
+        value = score.values.get(name)
         if value is None:
-            if getattr(judge.policy, limit_key) is not None:
+            if gated(judge.policy, UTTERANCE).keys() & metric.thresholds.keys():
                 judge.missing.append(f"{name} unavailable for {side} {rid}: {score.reason(name) or 'no reason given'}")
         else:
             quality[name].setdefault(rid, {})[side] = value
@@ -238,23 +239,45 @@ def _judge_side(judge: _Judge, run: Run, side: str, rid: str, scores: Scores | N
 
 def _judge_quality(judge: _Judge, quality: dict, durations: dict[str, float]) -> None:
     policy = judge.policy
-    for name, limit, sign in (("error_rate", policy.max_error_rate_increase, 1.0),
-                              ("speaker_similarity", policy.max_speaker_drop, -1.0)):
-        pairs = {rid: v for rid, v in quality[name].items() if len(v) == 2}
-        judge.metrics["quality"][name] = {
+    for metric in scored_metrics(UTTERANCE):
+        pairs = {rid: v for rid, v in quality[metric.name].items() if len(v) == 2}
+        judge.metrics["quality"][metric.change_label] = {
             "baseline_mean": _mean([v["baseline"] for v in pairs.values()]) if pairs else None,
             "candidate_mean": _mean([v["candidate"] for v in pairs.values()]) if pairs else None,
             "n": len(pairs),
         }
-        label = "error_rate increase" if sign > 0 else "speaker_similarity drop"
-        judge.metrics["quality"][label] = judge.metrics["quality"].pop(name)
-        deltas = {rid: sign * (v["candidate"] - v["baseline"]) + 0.0 for rid, v in pairs.items()}  # +0.0: no "-0"
-        judge.gate_deltas(label, deltas, limit, "{:.3f}")
+        deltas = {rid: metric.worse_by(v["baseline"], v["candidate"]) for rid, v in pairs.items()}
+        worse = [getattr(policy, k) for k, rule in metric.thresholds.items() if rule == WORSE]
+        judge.gate_deltas(metric.change_label, deltas, next((w for w in worse if w is not None), None), metric.fmt)
+        for key, rule in metric.thresholds.items():
+            if rule == FLOOR and getattr(policy, key) is not None:
+                _judge_floor(judge, metric, key, {rid: v["candidate"] for rid, v in quality[metric.name].items()
+                                                  if "candidate" in v})
     judge.metrics["quality"]["duration change"] = {"n": len(durations),
                                                    "signed_mean_pct": _mean(list(durations.values())) if durations else None}  # None: not finite
     judge.gate_deltas("duration change", {k: abs(v) if v is not None else None for k, v in durations.items()},
                       policy.max_duration_change_pct,
                       "{:.1f}", "%")
+
+
+def _judge_floor(judge: _Judge, metric: Any, key: str, values: dict[str, float]) -> None:
+    """A floor on the candidate's own per-utterance values (mean, or each per policy.aggregate)."""
+    limit = getattr(judge.policy, key)
+    if not values:
+        judge.missing.append(f"{key}: no candidate {metric.name} scores")
+        return
+    below = (lambda v: v < limit) if metric.higher_is_better else (lambda v: v > limit)
+    sign = "<" if metric.higher_is_better else ">"
+    if judge.policy.aggregate == "each":
+        for rid, v in sorted(values.items()):
+            if below(v):
+                judge.crossed.append(f"{metric.name} {metric.fmt.format(v)} {sign} {limit:g} ({key}; {rid})")
+        return
+    mean = _mean(list(values.values()))
+    if mean is None:
+        judge.missing.append(f"{key}: the mean {metric.name} is not a finite number (missing evidence)")
+    elif below(mean):
+        judge.crossed.append(f"{metric.name} {metric.fmt.format(mean)} {sign} {limit:g} ({key}; mean of {len(values)})")
 
 
 SNR_CAP_DB = 200.0  # bit-equal PCM: no error energy; reported as this cap, not as infinity

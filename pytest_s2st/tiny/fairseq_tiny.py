@@ -501,7 +501,9 @@ def write_configs(out: Path) -> dict[str, Path]:
         if name != model_type:  # a variant: its own name, so its rows never merge with the type's own config
             doc["general"]["name"] = f"tiny-{name.split('-', 1)[1].lower()}"
         if model_type == "3StageS2ST":  # speech.npy's tgt_text is English (S2T's); the cascade ends in Spanish
-            doc["general"]["references"] = "../data/refs_es.txt"
+            doc["general"]["references"] = "../data/refs_es.txt"  # (target_lang es: its MT stage's)
+        elif dataset == speech and model_type != "S2T":  # speech out, against speech.npy's English tgt_text
+            doc["general"]["target_lang"] = "en"  # the ASR-BLEU's language (pocketsphinx en-US)
         if dataset.endswith(".tsv"):
             doc["general"]["dataset_type"] = "raw"
             doc["general"]["read_using_sf"] = True
