@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -130,3 +131,16 @@ def write_tone_case(root: Path, name: str = "tts", model_type: str = "callable",
     path = root / f"{name}.yaml"
     path.write_text(body)
     return path
+
+
+# README and docs output examples are matched on structure: numbers masked
+NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+x]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?(\s?(ns|us|µs|ms|s|KiB|MiB|GiB|k|M|G|%))?(?![A-Za-z])")
+
+
+def masked(line: str) -> str:
+    line = NUMBER.sub("#", line)
+    # a plain change is a number, or "=" / "was 0" when a side measured 0 (a peak delta often does): all three are
+    # the same cell, matched on structure
+    line = re.sub(r"\((=|was #)\)", "(#)", line)
+    line = re.sub(r"-{3,}", "---", line)
+    return re.sub(r"\s+", " ", line).strip()

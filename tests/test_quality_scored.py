@@ -17,7 +17,7 @@ from pytest_s2st.quality.scored import SCORED_METRICS, UTTERANCE, metrics, thres
 from pytest_s2st.quality.scorefile import Score, scores_from_mapping
 from pytest_s2st.quality.scorers import BACKENDS
 from pytest_s2st.settings import BY_NAME
-from test_quality_verdict import EN_ITEMS, make_run
+from espeak_runs import EN_ITEMS, make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -21,20 +21,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^<!-- (run|run: install|output) -->\n```[a-z]*\n(.*?)^```$", re.S | re.M)
-NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+x]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?(\s?(ns|us|µs|ms|s|KiB|MiB|GiB|k|M|G|%))?(?![A-Za-z])")
+from helpers import NUMBER, masked  # noqa: E402,F401  (docs/quality.md's example is matched the same way)
 
 
 def blocks(text: str) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2)) for m in BLOCK.finditer(text)]
-
-
-def masked(line: str) -> str:
-    line = NUMBER.sub("#", line)
-    # a plain change is a number, or "=" / "was 0" when a side measured 0 (a peak delta often does): all three are
-    # the same cell, matched on structure
-    line = re.sub(r"\((=|was #)\)", "(#)", line)
-    line = re.sub(r"-{3,}", "---", line)
-    return re.sub(r"\s+", " ", line).strip()
 
 
 def test_marked_blocks_are_found_and_the_masking_keeps_words():

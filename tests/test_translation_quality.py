@@ -198,7 +198,7 @@ def _docs_block_matches(output: list[str]) -> None:
     import re
     from pathlib import Path
 
-    from test_readme import masked
+    from helpers import masked
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "quality.md").read_text()
     block = re.search(r"^<!-- output: tests/test_translation_quality.py -->\n```\n(.*?)^```$", doc, re.S | re.M)
