@@ -397,7 +397,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .report import insignificant, render_compare, unmatched
+        from .report import insignificant, render_compare, statistic_names, unmatched
 
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
@@ -405,8 +405,10 @@ class S2STSession:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
             for line in lines:
                 tr.write_line(line)
-            tr.write_line("runtime: new/old ratio of per-run means; a word (slower/faster) needs 3 runs per side "
-                          "(s2st-merge --repeats), judged by a Welch 95% interval on log run means; other columns: plain change")
+            means = statistic_names(rows, "s")
+            tr.write_line(f"runtime: new/old ratio of per-run {means}; a word (slower/faster) needs 3 runs per side "
+                          f"(s2st-merge --repeats), judged by a Welch 95% interval on log run {means}; other columns: "
+                          "plain change")
             for note in insignificant(rows, compared, self.option("compare_fail") or ()):
                 tr.write_line(f"note: {note}")
         if self.config.getoption("benchmark_compare", None):
