@@ -1,6 +1,6 @@
 """Measure one pipeline on one dataset (pytest-free).
 
-Two runtime protocols (``RunSettings.protocol``; PROTOCOLS says what each times):
+Two runtime protocols (``RunSettings.runtime_protocol``; PROTOCOLS says what each times):
 
 - ``warm`` (default), per stage: warm-up on the first input, memory pass and dispatch pass (FLOPs and
   tensor peak) over every input (both untimed; their outputs become the next stage's inputs, so cascades
@@ -19,7 +19,7 @@ as ``RoundPolicy`` says.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from .measure.device import Device
@@ -61,10 +61,20 @@ class RunSettings:
     target_precision: float | None = None  # stop adding rounds once the relative 95 % CI half-width is <= this
     max_time: float = 60.0                 # seconds of timed rounds the precision target may spend
     case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
-    protocol: str = "warm"    # runtime protocol: a key of PROTOCOLS
+    runtime_protocol: str = "warm"  # a key of PROTOCOLS
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
+        """Every field named like a setting of the table (settings.SETTINGS) takes that setting's resolved value
+        from ``settings`` (a case's, or the session's: precedence and errors are settled there); ``given``
+        holds what the table has not (the resolved ``device``, ``fill_time``, ``case``) and wins."""
+        from .settings import BY_NAME
+
+        table = {f.name: settings[f.name] for f in fields(cls) if f.name in BY_NAME and f.name not in given}
+        return cls(**table, **given)
 
 
 @dataclass
@@ -521,7 +531,7 @@ def min_rounds_for(settings: RunSettings) -> int | None:
     samples x repeat, as get_metrics.py times them)."""
     if settings.min_rounds is not None:
         return settings.min_rounds
-    return DEFAULT_MIN_ROUNDS if settings.protocol == "warm" else None
+    return DEFAULT_MIN_ROUNDS if settings.runtime_protocol == "warm" else None
 
 
 def _chain_warm_up(stages: Sequence[Any], first: Any, times: int, sync: Callable[[], None]) -> None:
@@ -557,13 +567,13 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     ``baseline``: a second pipeline timed in the same rounds, ABBA (PairedRounds), for an in-process A/B."""
     if not samples:
         raise ValueError("empty dataset")
-    if baseline is not None and settings.protocol != "warm":
+    if baseline is not None and settings.runtime_protocol != "warm":
         from .errors import S2STError
 
         raise S2STError(f"an in-process A/B (s2st_benchmark(..., baseline=...)) times both sides under the warm "
-                        f"runtime protocol; got --s2st-runtime-protocol {settings.protocol}")
-    if settings.protocol not in PROTOCOLS:
-        raise ValueError(f"unknown runtime protocol {settings.protocol!r}; known: {', '.join(PROTOCOLS)}")
+                        f"runtime protocol; got --s2st-runtime-protocol {settings.runtime_protocol}")
+    if settings.runtime_protocol not in PROTOCOLS:
+        raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
     threads = set_threads(settings.threads)
     seed_everything(settings.seed)
@@ -574,7 +584,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         samples=len(samples),
         repeat=settings.repeat,
         warmup=settings.warmup,
-        runtime_protocol=settings.protocol,
+        runtime_protocol=settings.runtime_protocol,
         assets=pipeline.assets(),
     )
     measurer = StageMeasurer(settings, progress)
@@ -582,7 +592,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     inputs = [pipeline.prepare_sample(s) for s in samples]
     sync = settings.device.synchronize
     stage_inputs: list[list[Any]] = [inputs]
-    if settings.protocol == "upstream":
+    if settings.runtime_protocol == "upstream":
         _chain_warm_up(stages, inputs[0], settings.warmup, sync)
         for stage in stages[:-1]:  # upstream's generate_*_outputs: every sample, before anything is timed
             outs = []
@@ -627,7 +637,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         timer = drive_timing(driven)
         driven.finish()
 
-    if settings.protocol == "upstream":  # then upstream's max_memory and count_flops passes
+    if settings.runtime_protocol == "upstream":  # then upstream's max_memory and count_flops passes
         for stage, xs in zip(stages, stage_inputs):
             result, outputs = measurer.measure(stage, xs, warm_up=False)
             measurement.stages.append(result)
@@ -638,7 +648,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     for result, metric in zip(measurement.stages, rounds.runtime_metrics(method)):
         metric.details["device"] = settings.device.name
         metric.details["threads"] = threads
-        metric.details["protocol"] = settings.protocol
+        metric.details["protocol"] = settings.runtime_protocol
         result.metrics["runtime_s"] = metric
     if paired is not None:
         _paired_runtime(measurement, paired, method, settings, threads)
@@ -678,7 +688,7 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     runtime_s limit read)."""
     base = measurement.baseline
     for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
-        metric.details.update(device=settings.device.name, threads=threads, protocol=settings.protocol)
+        metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
     change = paired.change()
     measurement.info["ab"] = {
