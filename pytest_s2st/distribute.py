@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
@@ -122,6 +121,20 @@ def _malformed_row(bench: Mapping[str, Any]) -> str | None:
     if not isinstance(stages, list) or not all(isinstance(st, Mapping) and isinstance(st.get("metrics", {}), Mapping)
                                                for st in stages):
         return "extra_info.s2st.stages is not a list of objects with metrics objects"
+    return _unknown_statistic(s2st)
+
+
+def _unknown_statistic(s2st: Mapping[str, Any]) -> str | None:
+    """Why a runtime of the row names no known statistic (runtime_stats.saved_statistic), or None."""
+    from .runtime_stats import saved_statistic
+
+    parts = [("", s2st.get("metrics"))] + [(f"stages[{i}] ", st.get("metrics"))
+                                           for i, st in enumerate(s2st.get("stages", []))]
+    for where, metrics in parts:
+        try:
+            saved_statistic((metrics or {}).get("runtime_s"))
+        except ValueError as exc:
+            return f"extra_info.s2st {where}{exc}"
     return None
 
 
@@ -163,9 +176,12 @@ def _rounds(entry: Mapping[str, Any]) -> list:
 
 def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One benchmark from its repeat runs (separate processes, one commit): the first run's row, whose runtime
-    (the benchmark's and each stage's) becomes the mean of the runs' means, each run's mean kept in
-    ``runs_s`` and every round in ``rounds_s``: compare judges a change between runs against them
-    (significance.compare_runs)."""
+    (the benchmark's and each stage's) becomes the runs' statistic of the runs' runtimes (the statistic each
+    saved, by name: the mean of the runs' means), each run's value kept in ``runs_s`` and every round in
+    ``rounds_s``: compare judges a change between runs against them (significance.compare_runs). Runs whose
+    runtimes hold different statistics are refused (S2STError, one line)."""
+    from .runtime_stats import saved_statistic, statistic
+
     import copy
 
     folded = copy.deepcopy(benches[0])
@@ -180,11 +196,20 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if not isinstance(metrics.get("runtime_s"), dict) or any(
                 isinstance(m, bool) or not isinstance(m, (int, float)) for m in means):
             return  # a run without a runtime: nothing to fold, the first run's row stands
+        try:
+            names = {saved_statistic(e) for e in entries}
+        except ValueError as exc:
+            raise S2STError(f"{folded.get('fullname', 'a benchmark')}: {exc}") from None
+        if len(names) > 1:
+            raise S2STError(f"{folded.get('fullname', 'a benchmark')}: its runs' runtimes hold different statistics "
+                            f"({', '.join(sorted(names))}): they cannot fold into one")
+        name = names.pop()
         entry = metrics["runtime_s"]
-        entry["value"] = math.fsum(m / len(means) for m in means)  # never overflows where the means do not
+        entry["value"] = statistic(name).of(means)  # the mean never overflows where the means do not
         if not isinstance(entry.get("details"), dict):
             entry["details"] = {}
         details = entry["details"]
+        details["statistic"] = name
         details["runs_s"] = [float(m) for m in means]
         details["rounds_s"] = [r for e in entries for r in _rounds(e)]
         details["rounds"] = len(details["rounds_s"])

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .runtime_stats import RUNTIME_STATISTIC
+
 INFERENCE, SERVICE = "inference", "service"
 
 
@@ -93,7 +95,7 @@ class MetricDef:
 METRICS: tuple[MetricDef, ...] = (
     MetricDef("runtime_s", "runtime", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
               "device-synchronised)", aggregate="sum", comparable=True, show_method=True,
-              help="mean wall seconds per sample"),
+              help=f"{RUNTIME_STATISTIC} wall seconds per sample"),
     MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
               aggregate="max", comparable=True, help="absolute process peak RSS during the forward"),
     MetricDef("peak_delta_mib", "peak delta", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",

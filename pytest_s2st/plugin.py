@@ -311,15 +311,9 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
             device = resolve_device(state.pin_device(settings["device"]))
     except S2STError as exc:
         fail(exc)
-    return settings, RunSettings(device=device, repeat=settings["repeat"], warmup=settings["warmup"],
-                                 memory=settings["memory"], flops=settings["flops"], threads=settings["threads"],
-                                 instructions=settings["instructions"],
-                                 tensor_memory=settings["tensor_memory"], min_rounds=settings["min_rounds"],
-                                 target_precision=settings["target_precision"], max_time=settings["max_time"],
-                                 protocol=settings["runtime_protocol"], fill_time=state.fill_time,
-                                 isolate=settings["isolate"],
-                                 case=case.to_dict() if case is not None and (settings["instructions"] != "off"
-                                                                              or settings["isolate"]) else None)
+    child = case is not None and (settings["instructions"] != "off" or settings["isolate"])  # rebuilds the case
+    return settings, RunSettings.from_settings(settings, device=device, fill_time=state.fill_time,
+                                               case=case.to_dict() if child else None)
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:

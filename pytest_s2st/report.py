@@ -161,8 +161,8 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
     when every row was measured alike, else one per mark of the methods column)."""
     notes = []
     if any(precision_cell(row.metrics) for row in rows):
-        notes.append(f"95% CI: the runtime mean's 95% confidence half-width, relative; n: timed rounds (an interval "
-                     f"needs n >= {_min_rounds()})")
+        notes.append(f"95% CI: the runtime {statistic_names(rows)}'s 95% confidence half-width, relative; n: timed "
+                     f"rounds (an interval needs n >= {_min_rounds()})")
     shown = {key for key, _ in shown_columns(rows)}
     for key, title in COLUMNS:
         if key not in shown and any(key in row.metrics for row in rows):
@@ -177,6 +177,20 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
     else:
         notes += [f"methods {mark}: {m}" for m, mark in marks.items()]
     return notes
+
+
+def statistic_names(rows: Sequence[Row], plural: str = "") -> str:
+    """The statistics the rows' runtimes hold (runtime_stats.saved_statistic, by name): 'mean', or 'mean/median';
+    ``plural`` ('s') follows each name."""
+    from .runtime_stats import saved_statistic
+
+    names = []
+    for row in rows:
+        try:
+            names.append(saved_statistic(_entry(row.metrics, "runtime_s")))
+        except ValueError:
+            continue
+    return "/".join(name + plural for name in dict.fromkeys(names or [saved_statistic(None)]))
 
 
 def _min_rounds() -> int:
@@ -332,8 +346,10 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
     return fit(["Name", ""] + header[1:], stacked, width, keep=2)
 
 
-COMPARE_LEGEND = ("runtime: new/old ratio of per-run means; a word (slower/faster) needs 3 runs per side "
-                  "(s2st-merge --repeats), judged by a Welch 95% interval on log run means; other columns: plain change")
+def compare_legend(means: str = "means") -> str:
+    """The compare table's legend; ``means`` names the statistic the runs hold (statistic_names)."""
+    return (f"runtime: new/old ratio of per-run {means}; a word (slower/faster) needs 3 runs per side "
+            f"(s2st-merge --repeats), judged by a Welch 95% interval on log run {means}; other columns: plain change")
 
 
 def _rounds(metrics: Mapping[str, Any], key: str) -> Any:
@@ -342,8 +358,8 @@ def _rounds(metrics: Mapping[str, Any], key: str) -> Any:
 
 
 def _run_means(metrics: Mapping[str, Any]) -> list[float] | None:
-    """The per-run mean runtimes of a row: several after ``s2st-merge --repeats``, else its one run's mean
-    (None when it kept no timed rounds: saved before rounds were)."""
+    """The per-run runtimes of a row (each run's runtime statistic, runtime_stats.py): several after ``s2st-merge
+    --repeats``, else its one run's (None when it kept no timed rounds: saved before rounds were)."""
     entry = _entry(metrics, "runtime_s")
     details = entry.get("details")
     runs = details.get("runs_s") if isinstance(details, Mapping) else None
@@ -365,12 +381,31 @@ def runtime_change(old: Mapping[str, Any], new: Mapping[str, Any]):
     before, after = _run_means(old), _run_means(new)
     if not before or not after:
         return None
-    from .significance import compare_runs
+    from .significance import Change, compare_runs
 
+    name, why = runtime_statistic(old, new)
+    if name is None:
+        return Change(None, word=why, runs=(len(before), len(after)))
     own_before, own_after = _own_rounds(old), _own_rounds(new)
     if own_before is not None and own_after is not None:
-        return compare_runs(before, after, own_before, own_after, own=True)
-    return compare_runs(before, after, _rounds(old, "runtime_s"), _rounds(new, "runtime_s"))
+        return compare_runs(before, after, own_before, own_after, own=True, name=name)
+    return compare_runs(before, after, _rounds(old, "runtime_s"), _rounds(new, "runtime_s"), name=name)
+
+
+def runtime_statistic(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(the statistic both sides' runtimes hold, ''), or (None, why they cannot be compared): one names none
+    known, or they hold different ones (the mean of one run against the median of another says nothing)."""
+    from .runtime_stats import saved_statistic
+
+    names = []
+    for side, metrics in (("compared", old), ("current", new)):
+        try:
+            names.append(saved_statistic(_entry(metrics, "runtime_s")))
+        except ValueError as exc:
+            return None, f"{side} run: {exc}"
+    if names[0] != names[1]:
+        return None, f"the compared run's runtime is the {names[0]}, the current run's the {names[1]}"
+    return names[0], ""
 
 
 def _own_rounds(metrics: Mapping[str, Any]) -> list[float] | None:
@@ -419,6 +454,10 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
                 why = "; ".join(f"{side}: {_reason(metrics, limit.metric)}" for side, metrics in missing)
                 out.append(f"{row.fullname}: {limit.metric} not measured in the {' and '.join(s for s, _ in missing)} "
                            f"run ({why}), so limit {limit} was not checked")
+                continue
+            _, unlike = runtime_statistic(old, row.metrics) if limit.metric == "runtime_s" else (None, "")
+            if unlike:
+                out.append(f"{row.fullname}: runtime_s not comparable ({unlike}), so limit {limit} was not checked")
                 continue
             change = limit.exceeded(_value(old, limit.metric), _value(row.metrics, limit.metric))
             if change is None:

@@ -1,6 +1,6 @@
 """Measure one pipeline on one dataset (pytest-free).
 
-Two runtime protocols (``RunSettings.protocol``; PROTOCOLS says what each times):
+Two runtime protocols (``RunSettings.runtime_protocol``; PROTOCOLS says what each times):
 
 - ``warm`` (default), per stage: warm-up on the first input, memory pass and dispatch pass (FLOPs and
   tensor peak) over every input (both untimed; their outputs become the next stage's inputs, so cascades
@@ -19,7 +19,7 @@ as ``RoundPolicy`` says.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from .measure.device import Device
@@ -31,6 +31,8 @@ from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_cal
 from .measure.record import Metric, mib_summary
 from .measure.runqueue import RunqueueClock
 from .metrics import BY_NAME, INFERENCE_NAMES
+from .runtime_stats import RUNTIME, RunningPrecision, RuntimeStats
+from .runtime_stats import t975  # noqa: F401 -- the one t table, kept importable from here
 
 PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
 Progress = Callable[[str, str, int, int], None]  # (stage, pass, done, total)
@@ -59,12 +61,22 @@ class RunSettings:
     target_precision: float | None = None  # stop adding rounds once the relative 95 % CI half-width is <= this
     max_time: float = 60.0                 # seconds of timed rounds the precision target may spend
     case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
-    protocol: str = "warm"    # runtime protocol: a key of PROTOCOLS
+    runtime_protocol: str = "warm"  # a key of PROTOCOLS
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
+        """Every field named like a setting of the table (settings.SETTINGS) takes that setting's resolved value
+        from ``settings`` (a case's, or the session's: precedence and errors are settled there); ``given``
+        holds what the table has not (the resolved ``device``, ``fill_time``, ``case``) and wins."""
+        from .settings import BY_NAME
+
+        table = {f.name: settings[f.name] for f in fields(cls) if f.name in BY_NAME and f.name not in given}
+        return cls(**table, **given)
 
 
 @dataclass
@@ -136,18 +148,22 @@ def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
         values = [m.value for _, m in parts]
         how = BY_NAME[name].aggregate  # runtime and FLOPs add up, memory peaks take the max
         details: dict[str, Any] = {"over_stages": how}
+        value = sum(values) if how == "sum" else max(values)
         rounds = [m.details.get("rounds_s") for _, m in parts]
         if how == "sum" and all(rounds) and len({len(r) for r in rounds}) == 1:
             details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
             waited = [m.details.get("waited_s") for _, m in parts]
             if all(waited) and len({len(w) for w in waited} | {len(rounds[0])}) == 1:
                 details["waited_s"] = [sum(w) for w in zip(*waited)]
+            details["statistic"] = RUNTIME.name
             details["precision"] = relative_precision(details["rounds_s"])
             details["precision_method"] = PRECISION_METHOD
+            if not RUNTIME.additive:  # the median of round totals is not the sum of the stages' medians
+                value = RUNTIME.of(details["rounds_s"])
         protocols = {m.details.get("protocol") for _, m in parts}
         if len(protocols) == 1 and None not in protocols:
             details["protocol"] = protocols.pop()
-        out[name] = Metric(sum(values) if how == "sum" else max(values), method, details=details)
+        out[name] = Metric(value, method, details=details)
         if name == "flops":
             mark_uncounted(out[name], [m.details for _, m in parts])
     return out
@@ -283,41 +299,19 @@ class StageMeasurer:
         return result, outputs if outputs is not None else flop_outputs
 
 
-# two-sided 95 % quantiles of Student's t, df 1..30 (any statistics table); past 30 a Cornish-Fisher expansion
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-PRECISION_METHOD = "t-based 95% CI half-width of the mean / mean"
-
-
-def t975(df: int) -> float:
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959963984540054
-    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+PRECISION_METHOD = RUNTIME.method
 
 
 def relative_precision(values: Sequence[float]) -> float | None:
-    """Half-width of the 95 % t interval of the mean, relative to the mean; None below 2 rounds or at mean 0."""
-    n = len(values)
-    if n < 2:
-        return None
-    mean = sum(values) / n
-    return _relative_half_width(n, mean, sum((v - mean) ** 2 for v in values))
-
-
-def _relative_half_width(n: int, mean: float, sum_sq: float) -> float | None:
-    """t(0.975, n-1) * sqrt(sample variance / n) / mean, from n, the mean and the sum of squared deviations."""
-    if n < 2 or mean <= 0:
-        return None
-    return t975(n - 1) * (max(sum_sq, 0.0) / (n - 1) / n) ** 0.5 / mean
+    """Half-width of the runtime statistic's 95 % interval, relative to it (runtime_stats.py; the mean's: Student's t);
+    None below the rounds an interval needs or at a statistic <= 0."""
+    return RUNTIME.precision(values)
 
 
 class RoundPolicy:
     """How many timed rounds: at least ``base`` (samples x repeat) and ``min_rounds``; then, with a target
-    precision, more until the relative 95 % half-width of the mean round time is <= the target or the rounds
+    precision, more until the relative 95 % half-width of the runtime statistic (runtime_stats.RUNTIME) of the
+    round times is <= the target or the rounds
     have taken ``max_time`` seconds (``clock`` from the first round on). ``stop_reason`` says which."""
 
     def __init__(self, base: int, min_rounds: int | None = None, target_precision: float | None = None,
@@ -329,16 +323,12 @@ class RoundPolicy:
         self.clock = clock
         self.started: float | None = None
         self.stop_reason = "rounds"
-        self._n, self._mean, self._m2 = 0, 0.0, 0.0  # Welford's running mean and sum of squares
+        self._precision = RunningPrecision()  # the mean's: Welford's running mean and sum of squares
 
     def precision(self, totals: Sequence[float]) -> float | None:
-        """relative_precision(totals), updated with the rounds added since the last call (O(1) per round)."""
-        for value in totals[self._n:]:
-            self._n += 1
-            delta = value - self._mean
-            self._mean += delta / self._n
-            self._m2 += delta * (value - self._mean)
-        return _relative_half_width(self._n, self._mean, self._m2)
+        """relative_precision(totals), updated with the rounds added since the last call (the mean's: O(1) per
+        round)."""
+        return self._precision(totals)
 
     @property
     def adaptive(self) -> bool:
@@ -455,14 +445,14 @@ class TimedRounds:
             if not durations:
                 out.append(Metric.missing(method, "no timed round ran"))
                 continue
-            mean = sum(durations) / len(durations)
+            stats = RuntimeStats(durations)
             # every round is kept: compare judges a change against the spread (significance.py)
-            details = {"rounds": len(durations), "min": min(durations), "max": max(durations),
-                       "rounds_s": list(durations), "precision": relative_precision(durations),
+            details = {"statistic": RUNTIME.name, "rounds": stats.rounds, "min": stats.min, "max": stats.max,
+                       "rounds_s": list(durations), "precision": RUNTIME.precision(stats),
                        "precision_method": PRECISION_METHOD, "stopped": self.policy.stop_reason}
             if waits is not None:  # what a neighbour took from each round: compare's gross rule looks past it
                 details["waited_s"] = waits[s]
-            out.append(Metric(mean, method, details=details))
+            out.append(Metric(stats.get(RUNTIME.name), method, details=details))
         return out
 
 
@@ -543,7 +533,7 @@ def min_rounds_for(settings: RunSettings) -> int | None:
     samples x repeat, as get_metrics.py times them)."""
     if settings.min_rounds is not None:
         return settings.min_rounds
-    return DEFAULT_MIN_ROUNDS if settings.protocol == "warm" else None
+    return DEFAULT_MIN_ROUNDS if settings.runtime_protocol == "warm" else None
 
 
 def _chain_warm_up(stages: Sequence[Any], first: Any, times: int, sync: Callable[[], None]) -> None:
@@ -579,13 +569,13 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     ``baseline``: a second pipeline timed in the same rounds, ABBA (PairedRounds), for an in-process A/B."""
     if not samples:
         raise ValueError("empty dataset")
-    if baseline is not None and settings.protocol != "warm":
+    if baseline is not None and settings.runtime_protocol != "warm":
         from .errors import S2STError
 
         raise S2STError(f"an in-process A/B (s2st_benchmark(..., baseline=...)) times both sides under the warm "
-                        f"runtime protocol; got --s2st-runtime-protocol {settings.protocol}")
-    if settings.protocol not in PROTOCOLS:
-        raise ValueError(f"unknown runtime protocol {settings.protocol!r}; known: {', '.join(PROTOCOLS)}")
+                        f"runtime protocol; got --s2st-runtime-protocol {settings.runtime_protocol}")
+    if settings.runtime_protocol not in PROTOCOLS:
+        raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
     threads = set_threads(settings.threads)
     seed_everything(settings.seed)
@@ -596,7 +586,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         samples=len(samples),
         repeat=settings.repeat,
         warmup=settings.warmup,
-        runtime_protocol=settings.protocol,
+        runtime_protocol=settings.runtime_protocol,
         assets=pipeline.assets(),
     )
     measurer = StageMeasurer(settings, progress)
@@ -604,7 +594,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     inputs = [pipeline.prepare_sample(s) for s in samples]
     sync = settings.device.synchronize
     stage_inputs: list[list[Any]] = [inputs]
-    if settings.protocol == "upstream":
+    if settings.runtime_protocol == "upstream":
         _chain_warm_up(stages, inputs[0], settings.warmup, sync)
         for stage in stages[:-1]:  # upstream's generate_*_outputs: every sample, before anything is timed
             outs = []
@@ -649,7 +639,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         timer = drive_timing(driven)
         driven.finish()
 
-    if settings.protocol == "upstream":  # then upstream's max_memory and count_flops passes
+    if settings.runtime_protocol == "upstream":  # then upstream's max_memory and count_flops passes
         for stage, xs in zip(stages, stage_inputs):
             result, outputs = measurer.measure(stage, xs, warm_up=False)
             measurement.stages.append(result)
@@ -660,7 +650,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     for result, metric in zip(measurement.stages, rounds.runtime_metrics(method)):
         metric.details["device"] = settings.device.name
         metric.details["threads"] = threads
-        metric.details["protocol"] = settings.protocol
+        metric.details["protocol"] = settings.runtime_protocol
         result.metrics["runtime_s"] = metric
     if paired is not None:
         _paired_runtime(measurement, paired, method, settings, threads)
@@ -704,7 +694,7 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     runtime_s limit read)."""
     base = measurement.baseline
     for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
-        metric.details.update(device=settings.device.name, threads=threads, protocol=settings.protocol)
+        metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
     change = paired.change()
     measurement.info["ab"] = {

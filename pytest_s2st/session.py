@@ -405,7 +405,7 @@ class S2STSession:
                 tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .report import COMPARE_LEGEND, insignificant, render_compare, unmatched, wrap
+        from .report import compare_legend, insignificant, render_compare, statistic_names, unmatched, wrap
 
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
@@ -414,7 +414,7 @@ class S2STSession:
             for line in lines:
                 tr.write_line(line)
             notes = [f"note: {note}" for note in insignificant(rows, compared, self.option("compare_fail") or ())]
-            for line in wrap([COMPARE_LEGEND] + notes):
+            for line in wrap([compare_legend(statistic_names(rows, "s"))] + notes):
                 tr.write_line(line)
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from .inputs import show
 from .metrics import COMPARABLE as COMPARE_METRICS  # the metric table says which metrics compare
 from .quality.scored import score_fields
+from .runtime_stats import RUNTIME_STATISTIC
 
 
 def positive_int(value: Any) -> int:
@@ -273,7 +274,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest (default: the config's)", metavar="PATH"),
     Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
     Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the config's, else all)", metavar="N"),
-    Setting("repeat", bounded_int(MAX_ROUNDS), 1, "timed runs per sample (runtime is their mean)", metavar="N"),
+    Setting("repeat", bounded_int(MAX_ROUNDS), 1, f"timed runs per sample (runtime is their {RUNTIME_STATISTIC})", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
     Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
@@ -282,7 +283,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
     Setting("min_rounds", bounded_int(MAX_ROUNDS), None, "timed rounds at least: the dataset is cycled until N rounds ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x repeat)", metavar="N"),
     Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
-    Setting("target_precision", bounded_float(1.0, below=True), None, "add timed rounds until the 95% CI half-width of the mean round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time (default: off, a fixed number of rounds)", metavar="FRACTION"),
+    Setting("target_precision", bounded_float(1.0, below=True), None, f"add timed rounds until the 95% CI half-width of the {RUNTIME_STATISTIC} round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time (default: off, a fixed number of rounds)", metavar="FRACTION"),
     Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),

@@ -3,11 +3,12 @@
 Between runs (``compare_runs``, what compare and --s2st-compare-fail use): the rounds inside one run measure the
 noise *within* that process, not the drift *between* processes (another process, another page layout, another
 neighbour on the machine): on identical code, one run against another was called significant 17 times in 37.
-So, as pyperf does (several processes, their means compared), the interval is built from each run's mean: a
-Welch t interval on the logs of the per-run means of each side (both sides' spreads, MIN_RUNS or more runs per
-side), the word "slower"/"faster" only when it excludes 1 and the ratio is past NOISE. With fewer runs the
-ratio is shown and the word is "cannot tell from one run per side": nothing is claimed. Repeat runs of one
-commit become one saved run with ``s2st-merge --repeats`` (distribute.fold_repeats).
+So, as pyperf does (several processes, their means compared), the interval is built from each run's runtime
+statistic (runtime_stats.py, by name: the mean): a Welch t interval on the logs of the per-run values of each side
+(both sides' spreads, MIN_RUNS or more runs per side), the word "slower"/"faster" only when it excludes 1 and
+the ratio is past NOISE. With fewer runs the ratio is shown and the word is "cannot tell from one run per
+side": nothing is claimed. Repeat runs of one commit become one saved run with ``s2st-merge --repeats``
+(distribute.fold_repeats).
 
 One run per side: the word is given only for a gross change, far past the between-process drift measured on a
 shared 2-core runner (docs/measurement.md): the means and medians of each run's own round times (wall time less
@@ -35,6 +36,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .runtime_stats import DEFAULT_STATISTIC, T975, statistic, t975  # noqa: F401 -- the one t table (runtime_stats.py)
+from .runtime_stats import median_interval as _median_interval
+
 MIN_ROUNDS = 5          # per side; fewer and no interval is computed
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -44,9 +48,6 @@ SEED = 20261201
 SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few rounds"
 MIN_RUNS = 3            # per side, for a verdict between runs
 CANNOT_TELL = "cannot tell from one run per side"
-# two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (beyond: interpolated to the normal's 1.960)
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 NOT_FINITE = "rounds not finite (missing evidence)"
 # one run per side, own times (run-queue wait out): identical short runs were seen up to x1.88 apart on the idle VM
 # (docs/measurement.md, Runtime power: x2 work read as little as x1.12); x3 in mean and median is beyond that drift
@@ -57,7 +58,7 @@ MIN_PAIRS = 6           # in-process A/B: the fewest pairs whose median has a 95
 
 @dataclass(frozen=True)
 class Change:
-    ratio: float | None              # new mean / old mean
+    ratio: float | None              # new / old runtime statistic (a comparison between runs: of the runs' values)
     low: float | None = None         # the interval's bounds (None without enough rounds)
     high: float | None = None
     word: str = TOO_FEW
@@ -84,8 +85,8 @@ class Change:
         return self.describe()
 
     def describe(self) -> str:
-        if self.ratio is None:
-            return f"n/a ({self.word})" if self.word == NOT_FINITE else "n/a"
+        if self.ratio is None:  # why, unless it is only that a side had nothing to compare
+            return "n/a" if self.word == TOO_FEW else f"n/a ({self.word})"
         if self.pairs is not None:
             if self.low is None:
                 return f"x{self.ratio:.3f}, {self.word} ({self.pairs} ABBA pairs, need {MIN_PAIRS})"
@@ -134,11 +135,18 @@ def _count(values: object) -> int:
     return len(values) if isinstance(values, (list, tuple, np.ndarray)) else 0
 
 
+def _reduce(name: str) -> Callable[..., np.ndarray]:
+    """numpy's reduction of the runtime statistic called ``name`` (np.mean, np.median)."""
+    return getattr(np, statistic(name).name)
+
+
 def _sides(old: object, new: object, counted: str, usable_sides: Callable[[np.ndarray, np.ndarray], bool],
-           minimum: int, few: str) -> Change | tuple[np.ndarray, np.ndarray, float, dict]:
-    """The prologue both comparisons share: (old, new as float arrays, new mean / old mean, {counted: (old count,
-    new count)}) when an interval can be computed; else the Change that says why not -- a non-finite value, an
-    empty side or one ``usable_sides`` refuses (no ratio), fewer than ``minimum`` per side (the ratio, word ``few``)."""
+           minimum: int, few: str, name: str = DEFAULT_STATISTIC
+           ) -> Change | tuple[np.ndarray, np.ndarray, float, dict]:
+    """The prologue both comparisons share: (old, new as float arrays, the ratio of the statistic ``name`` of new
+    to old, {counted: (old count, new count)}) when an interval can be computed; else the Change that says why not
+    -- a non-finite value, an empty side or one ``usable_sides`` refuses (no ratio), fewer than ``minimum`` per
+    side (the ratio, word ``few``)."""
     from .inputs import finite
 
     olds, news = usable(old), usable(new)
@@ -149,7 +157,8 @@ def _sides(old: object, new: object, counted: str, usable_sides: Callable[[np.nd
     n = np.asarray(news, dtype=np.float64)
     if o.size == 0 or n.size == 0 or not usable_sides(o, n):
         return Change(None, **counts)
-    ratio = finite(float(n.mean() / o.mean()))
+    reduce = _reduce(name)
+    ratio = finite(float(reduce(n) / reduce(o)))
     if ratio is None:
         return Change(None, word=NOT_FINITE, **counts)
     if o.size < minimum or n.size < minimum:
@@ -157,25 +166,19 @@ def _sides(old: object, new: object, counted: str, usable_sides: Callable[[np.nd
     return o, n, ratio, counts
 
 
-def compare_rounds(old: Sequence[float], new: Sequence[float]) -> Change:
-    sides = _sides(old, new, "rounds", lambda o, n: o.mean() > 0, MIN_ROUNDS, TOO_FEW)
+def compare_rounds(old: Sequence[float], new: Sequence[float], name: str = DEFAULT_STATISTIC) -> Change:
+    """The bootstrap of the ratio of the statistic ``name`` (runtime_stats.py) of one run's rounds to another's."""
+    reduce = _reduce(name)
+    sides = _sides(old, new, "rounds", lambda o, n: reduce(o) > 0, MIN_ROUNDS, TOO_FEW, name)
     if isinstance(sides, Change):
         return sides
     o, n, ratio, counts = sides
     rng = np.random.default_rng(SEED)
-    old_means = o[rng.integers(0, o.size, (RESAMPLES, o.size))].mean(axis=1)
-    new_means = n[rng.integers(0, n.size, (RESAMPLES, n.size))].mean(axis=1)
+    old_means = reduce(o[rng.integers(0, o.size, (RESAMPLES, o.size))], axis=1)
+    new_means = reduce(n[rng.integers(0, n.size, (RESAMPLES, n.size))], axis=1)
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = (float(v) for v in np.percentile(new_means / old_means, [tail, 100 - tail]))
     return Change(ratio, low, high, _word(ratio, low, high), **counts)
-
-
-def t975(df: float) -> float:
-    if df >= len(T975):
-        return 1.960 + (T975[-1] - 1.960) * len(T975) / df  # t - z shrinks as 1/df
-    lo = max(1, int(df))
-    frac = df - lo
-    return T975[lo - 1] + frac * (T975[min(lo, len(T975) - 1)] - T975[lo - 1])
 
 
 def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequence[float] | None,
@@ -189,11 +192,11 @@ def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequenc
         return None
     ratios = [] if own else [ratio]
     if olds and news:
-        for statistic in (np.mean, np.median):
-            before = float(statistic(olds))
+        for reduce in (np.mean, np.median):
+            before = float(reduce(olds))
             if before <= 0:
                 return None
-            ratios.append(float(statistic(news)) / before)
+            ratios.append(float(reduce(news)) / before)
     bound = GROSS if own else GROSS_RAW
     if all(r >= bound for r in ratios):
         return SLOWER
@@ -203,18 +206,20 @@ def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequenc
 
 
 def compare_runs(old: Sequence[float], new: Sequence[float], old_rounds: Sequence[float] | None = None,
-                 new_rounds: Sequence[float] | None = None, own: bool = False) -> Change:
-    """Each side's per-run mean runtimes -> the change between them, judged against the spread between runs.
+                 new_rounds: Sequence[float] | None = None, own: bool = False, name: str = DEFAULT_STATISTIC) -> Change:
+    """Each side's per-run runtimes (each run's statistic ``name``, runtime_stats.py) -> the change between them, judged
+    against the spread between runs; the ratio is that of the statistic of each side's runs.
     With fewer than MIN_RUNS per side only a gross change gets a word (``_gross``): ``old_rounds``/``new_rounds``
     are a single run's timed rounds, ``own`` when they are its own times (run-queue wait taken out)."""
-    sides = _sides(old, new, "runs", lambda o, n: (o > 0).all() and (n > 0).all(), MIN_RUNS, CANNOT_TELL)
+    sides = _sides(old, new, "runs", lambda o, n: (o > 0).all() and (n > 0).all(), MIN_RUNS, CANNOT_TELL, name)
     if isinstance(sides, Change):
         if sides.word == CANNOT_TELL and sides.ratio is not None:
             single = len(old) == 1 and len(new) == 1
             word = _gross(sides.ratio, old_rounds if single else None, new_rounds if single else None,
                           own and single)
             if word is not None:
-                own_ratio = float(np.mean(new_rounds) / np.mean(old_rounds)) if own and single else None
+                reduce = _reduce(name)
+                own_ratio = float(reduce(new_rounds) / reduce(old_rounds)) if own and single else None
                 return Change(sides.ratio, word=word, runs=sides.runs, gross=True, own_ratio=own_ratio)
         return sides
     o, n, ratio, counts = sides
@@ -231,21 +236,9 @@ def compare_runs(old: Sequence[float], new: Sequence[float], old_rounds: Sequenc
 
 def median_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
     """0-based order statistics (lo, hi) whose interval covers the median of n values with at least
-    ``confidence``, whatever their distribution (the sign test's binomial); None below MIN_PAIRS values."""
-    from math import comb
-
-    if n < MIN_PAIRS:
-        return None
-    alpha = 1 - confidence
-    cdf, k = 0.0, 0
-    # the largest k with P(Bin(n, 1/2) <= k - 1) <= alpha / 2: the interval [x_(k), x_(n-k+1)] (1-based)
-    while True:
-        nxt = cdf + comb(n, k) / 2 ** n
-        if nxt > alpha / 2:
-            break
-        cdf, k = nxt, k + 1
-    k = max(k, 1)
-    return k - 1, n - k
+    ``confidence``, whatever their distribution (the sign test's binomial, runtime_stats.median_interval); None below
+    MIN_PAIRS values."""
+    return _median_interval(n, confidence) if n >= MIN_PAIRS else None
 
 
 def compare_pairs(baseline: Sequence[float], candidate: Sequence[float]) -> Change:

@@ -140,3 +140,21 @@ def test_every_setting_survives_the_case_json_a_server_or_valgrind_child_reads(n
     parsed = BY_NAME[name].parse(VALUES[name][0])
     back = settings_from_json(json.loads(json.dumps(settings_to_json({name: parsed}))))
     assert back == {name: parsed}
+
+
+def test_run_settings_are_filled_from_the_table_by_field_name():
+    """plugin._run_settings builds RunSettings.from_settings: every field named like a setting takes that setting's
+    resolved value (no hand-copied keyword list); the rest is what the table cannot hold."""
+    from dataclasses import fields
+
+    from pytest_s2st.runner import RunSettings
+    from pytest_s2st.settings import BY_NAME
+
+    given = {"device", "seed", "case", "fill_time", "isolate_model"}  # resolved or derived, not table settings
+    names = {f.name for f in fields(RunSettings)}
+    assert names - given <= set(BY_NAME), names - given - set(BY_NAME)  # a field no setting fills
+    settings = {name: BY_NAME[name].parse(text) for name, (text, _) in VALUES.items()}
+    run = RunSettings.from_settings(settings, device="resolved device", fill_time=True)
+    assert {name: getattr(run, name) for name in names - given} == {name: settings[name] for name in names - given}
+    assert run.runtime_protocol == "upstream" and run.device == "resolved device" and run.fill_time is True
+    assert not hasattr(run, "protocol")  # the service's --s2st-protocol (openai) is no run setting

@@ -68,7 +68,7 @@ def run(protocol, stages, lengths=LENGTHS, **kw):
         marks["after"] = len(log)
         return "time.perf_counter"
 
-    settings = RunSettings(device=resolve_device("cpu"), warmup=2, protocol=protocol, **{**OFF, **kw})
+    settings = RunSettings(device=resolve_device("cpu"), warmup=2, runtime_protocol=protocol, **{**OFF, **kw})
     samples = [np.ones(n, np.float32) for n in lengths]
     m = measure_pipeline(Chain(*stages), samples, settings, case_id="rec", drive_timing=drive)
     return m, log[:marks["timing"]], log[marks["timing"]:marks["after"]], log[marks["after"]:]

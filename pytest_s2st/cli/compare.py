@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="as --s2st-compare-fail, e.g. runtime_s:5%%,flops:1%%,tensor_peak_mib:1%%")
     args = parser.parse_args(argv)
     from ..distribute import load_saved_run
-    from ..report import compared_rows, insignificant, regressions, render_compare, rows_from, unmatched
+    from ..report import (compared_rows, insignificant, regressions, render_compare, rows_from, statistic_names,
+                          unmatched)
 
     try:
         old, new = load_saved_run(args.old), load_saved_run(args.new)
@@ -53,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         return refuse("s2st-compare", f"{args.new}: no s2st benchmark in it (no extra_info.s2st)")
     for line in render_compare(rows, compared):
         print(line)
-    print("runtime: new/old ratio of per-run means; 3 runs or more per side: a Welch 95% interval on log run means "
-          "(slower/faster when it excludes 1); one run per side: a word only for a gross change")
+    means = statistic_names(rows, "s")
+    print(f"runtime: new/old ratio of per-run {means}; 3 runs or more per side: a Welch 95% interval on log run "
+          f"{means} (slower/faster when it excludes 1); one run per side: a word only for a gross change")
     for name in unmatched(rows, compared):
         print(f"s2st-compare: {name}: no counterpart in {args.old}")
     for note in insignificant(rows, compared, args.fail):

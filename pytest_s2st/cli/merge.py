@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import S2STError
+from ..runtime_stats import RUNTIME_STATISTIC
 from .args import OneLineParser, path_arg, refuse
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=path_arg, required=True, help="merged JSON to write (parents created)")
     parser.add_argument("--repeats", action="store_true",
                         help="the runs are repeat processes of the same benchmarks (not shards): each benchmark's "
-                             "runtime becomes the mean of its runs, each run's mean kept, so that compare can tell "
+                             f"runtime becomes the {RUNTIME_STATISTIC} of its runs, each run's {RUNTIME_STATISTIC} "
+                             "kept, so that compare can tell "
                              "a change from the drift between runs (3 or more runs per side)")
     args = parser.parse_args(argv)
     from ..distribute import merge_saved_runs
