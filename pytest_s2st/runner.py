@@ -432,6 +432,10 @@ class TimedRounds:
     def more(self) -> bool:
         return self.policy.more(self.round_totals)
 
+    def last_round_s(self) -> float:
+        """The last round's time over all stages, as the stage clocks took it (what pytest-benchmark records)."""
+        return self.round_totals[-1]
+
     def run_all(self) -> None:
         while self.more():
             args, _ = self.setup()
@@ -508,6 +512,9 @@ class PairedRounds:
 
     def more(self) -> bool:
         return self.candidate.more()
+
+    def last_round_s(self) -> float:
+        return self.candidate.last_round_s()
 
     def finish(self) -> None:
         self.candidate.settle()
