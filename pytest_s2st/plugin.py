@@ -266,10 +266,13 @@ def s2st_case(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
-def s2st_pipeline(s2st_case):
+def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     """The case's pipeline, loaded once per session."""
+    from .measure.memory import current_rss_mib
     from .pipelines.base import build_pipeline
 
+    # the case's start: its RSS rise (rss_rise_mib) counts from here, its model's load included
+    session_of(request.config).case_start_rss[s2st_case.case_id] = current_rss_mib()
     try:
         pipeline = build_pipeline(s2st_case.model_type, s2st_case.config.stages,
                                   device=s2st_case.device().name, config_path=s2st_case.config.path,
@@ -375,6 +378,11 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         settings, run_settings = _run_settings(request, case)
         if own and run_settings.isolate:
             run_settings.isolate_model = benchmarked
+        if not own and case.case_id in state.case_start_rss:  # the case's pipeline: its start is before its build
+            run_settings.start_rss_mib = state.case_start_rss[case.case_id]
+        else:  # the test's own callable: what the test built counts, from the start of its setup
+            run_settings.start_rss_mib = request.node.stash.get(START_RSS_KEY, None)
+            run_settings.start_what = "before the test's setup"
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
@@ -544,8 +552,15 @@ def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
     return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + ([Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
 
 
+START_RSS_KEY = pytest.StashKey[float]()  # item -> the process's RSS (MiB) when its setup began
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from .budget import parse_budget
+    from .measure.memory import current_rss_mib
+
+    item.stash[START_RSS_KEY] = current_rss_mib()  # before its fixtures: a test's own model counts in its RSS rise
 
     for marker in item.iter_markers("s2st_budget"):
         try:

@@ -11,7 +11,10 @@ from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .settings import CompareLimit
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
-COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
+COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS if m.column)
+RSS_RISE_NOTE = ("RSS rise: the peak RSS of the forward minus the process's RSS at the case's start (before its model "
+                 "was built; a test's own callable: before the test's setup); the whole process's peak is "
+                 "peak_rss_mib in the JSON")
 
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
@@ -132,6 +135,8 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
         notes.append(f"95% CI: the runtime mean's 95% confidence half-width, relative; n: timed rounds (an interval "
                      f"needs n >= {_min_rounds()})")
     shown = {key for key, _ in shown_columns(rows)}
+    if "rss_rise_mib" in shown:
+        notes.append(RSS_RISE_NOTE)
     for key, title in COLUMNS:
         if key not in shown and any(key in row.metrics for row in rows):
             stages = tuple(f"{row.name.strip()}: " for row in rows if row.name.startswith(" "))
@@ -256,11 +261,18 @@ def _reason(metrics: Mapping[str, Any], key: str) -> str:
     return show(entry.get("reason") or ("not in the saved row" if not entry else "no value"))
 
 
-def pct_change(old: float | None, new: float | None) -> str:
+def pct_change(old: float | None, new: float | None, key: str | None = None) -> str:
+    """A change cell, in one vocabulary: a signed percent ('+12.5%', '-3.0%', '+0.0%' when equal); 'from 0' when
+    the old value is 0 (no percent of 0); for a metric with a noise floor (RSS: the kernel's batched counters, the
+    allocator's slack), a change below it reads '<1 MiB: noise' instead of a percent of a few KiB; 'n/a'."""
     if old is None or new is None:
         return "n/a"
+    noise = BY_NAME[key].noise if key in BY_NAME else 0.0
+    if noise and abs(new - old) < noise:
+        unit = BY_NAME[key].unit
+        return f"<{noise:g} {unit}: noise"
     if old == 0:
-        return "=" if new == 0 else "was 0"
+        return "+0.0%" if new == 0 else "from 0"
     return f"{100.0 * (new - old) / abs(old):+.1f}%"
 
 
@@ -280,7 +292,7 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
             elif change is not None:
                 cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({change.short()})")
             else:
-                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
+                cells.append(f"{fmt_metric(key, old_v)} -> {fmt_metric(key, new_v)} ({pct_change(old_v, new_v, key)})")
         body.append(cells)
     if not body:
         return []
@@ -532,8 +544,8 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
     rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
     if not rows:
         return []
-    # no peak RSS: it is the process's high-water mark, so the side measured second inherits the first's
-    others = [(key, title) for key, title in COLUMNS[1:] if key != "peak_rss_mib"
+    # no RSS rise (nor peak RSS): both sides rise over one start, so the side measured second inherits the first's
+    others = [(key, title) for key, title in COLUMNS[1:] if key not in ("rss_rise_mib", "peak_rss_mib")
               and any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
     header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
     body = []
@@ -545,7 +557,7 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
                  ratio, change.word]
         for key, _ in others:
             old_v, new_v = _value(old, key), _value(new, key)
-            cells.append(f"{fmt_metric(key, new_v)} ({pct_change(old_v, new_v)})")
+            cells.append(f"{fmt_metric(key, new_v)} ({pct_change(old_v, new_v, key)})")
         body.append(cells)
     return table(header, body)
 

@@ -63,6 +63,10 @@ class RunSettings:
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
+    # the process's RSS (MiB) at the case's start, and what that start was: rss_rise_mib is the peak above it.
+    # None: measure_pipeline's own start (the model already built)
+    start_rss_mib: float | None = None
+    start_what: str = "before the case's model was built"
 
 
 @dataclass
@@ -235,15 +239,18 @@ class StageMeasurer:
             self.memory.close()  # no sampler left beside the timed pass
             result.metrics["peak_rss_mib"] = mib_summary(per_sample, "peak_rss_mib")
             result.metrics["peak_delta_mib"] = mib_summary(per_sample, "peak_delta_mib")
+            result.metrics["rss_rise_mib"] = rss_rise(result.metrics["peak_rss_mib"], self.settings.start_rss_mib,
+                                                      self.settings.start_what)
             if self.memory_fallback:
-                for name in ("peak_rss_mib", "peak_delta_mib"):
+                for name in ("rss_rise_mib", "peak_rss_mib", "peak_delta_mib"):
                     result.metrics[name].details["fallback"] = self.memory_fallback
             result.metrics["device_peak_mib"] = mib_summary([{"d": d} for d in device_peaks], "d")
         else:
             off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
             if self.settings.isolate and self.settings.memory != "off":  # replaced by the fresh process's numbers
                 off = Metric.missing(self.settings.memory, "--s2st-isolate: the fresh process gave no memory numbers")
-            result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
+            result.metrics.update(rss_rise_mib=off, peak_rss_mib=off, peak_delta_mib=off,
+                                  device_peak_mib=device.peak_mib())
 
         # one dispatch pass counts the torch FLOPs and the live tensor bytes together (measure/tensor_memory.py)
         tensors = self.settings.tensor_memory == "dispatch"
@@ -279,6 +286,17 @@ class StageMeasurer:
         if instructions is not None:
             result.metrics["instructions"] = instructions
         return result, outputs if outputs is not None else flop_outputs
+
+
+def rss_rise(peak: Metric, start_mib: float | None, start_what: str) -> Metric:
+    """The case's own RSS rise: its peak RSS (the whole process's high-water mark during a forward) minus the
+    process's RSS at the case's start, so what earlier cases left resident is not counted (issue 32 item 8). A peak
+    below the start (the process gave memory back meanwhile) rose by 0. The whole-process peak stays in
+    peak_rss_mib."""
+    if peak.value is None or start_mib is None:
+        return Metric.missing(peak.method, peak.reason or "no RSS at the case's start")
+    details = {"start_rss_mib": start_mib, "start": start_what, "peak_rss_mib": peak.value}
+    return Metric(max(0.0, peak.value - start_mib), peak.method, details=details)
 
 
 # two-sided 95 % quantiles of Student's t, df 1..30 (any statistics table); past 30 a Cornish-Fisher expansion
@@ -592,6 +610,13 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     if settings.protocol not in PROTOCOLS:
         raise ValueError(f"unknown runtime protocol {settings.protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
+    if settings.start_rss_mib is None:  # no earlier start known: the measurement's own (the model already built)
+        from dataclasses import replace
+
+        from .measure.memory import current_rss_mib
+
+        settings = replace(settings, start_rss_mib=current_rss_mib(),
+                           start_what="when its measurement began (the model already built)")
     threads = set_threads(settings.threads)
     seed_everything(settings.seed)
     measurement.info.update(

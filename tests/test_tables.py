@@ -29,6 +29,7 @@ def test_one_unit_per_column_from_its_largest_value():
 def _metrics(runtime, tensor, flops, method="torch", rounds=5):
     return {"runtime_s": {"value": runtime, "method": "timer:time.perf_counter",
                           "details": {"rounds_s": [runtime] * rounds, "precision": 0.05, "protocol": "warm"}},
+            "rss_rise_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_rss_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_delta_mib": {"value": 0.4, "method": "vmhwm"},
             "device_peak_mib": {"value": None, "method": "cuda", "reason": "cpu run: no device memory"},
@@ -76,6 +77,7 @@ def test_the_embedded_default_rows_fit_120_columns():
         m = _metrics(10 * runtime, 10 * tensor, 10 * flops, rounds=2 if "mt" in name else 5)
         m["runtime_s"]["details"]["precision"] = 2.275  # ±228%: the widest interval this machine printed
         m["peak_rss_mib"]["value"], m["peak_delta_mib"]["value"] = 10 * rss, 10 * delta
+        m["rss_rise_mib"]["value"] = 10 * rss  # the rise is at most the whole process's peak
         rows.append(Row(name, name, m, "INCONCLUSIVE"))
     lines = render_table(rows) + wrap(table_notes(rows) + [f"note: {n}" for n in missing_notes(rows)])
     assert max(map(len, lines)) <= WIDTH, "\n".join(lines)
