@@ -208,3 +208,16 @@ def test_plot_has_error_rate_throughput_n_per_level_rtf_1_and_budget_lines(tmp_p
     from PIL import Image
 
     assert Image.open(path).size == (1100, 1200)
+
+
+def test_change_cells_speak_one_vocabulary_and_call_rss_noise_noise():
+    """Change cells read '(=)', '(was 0)' or '+300.0%' on a few KiB of RSS before (issue 32 item 7): now a signed
+    percent, 'from 0', or, for an RSS metric moving less than its noise floor, '<1 MiB: noise'."""
+    from pytest_s2st.report import pct_change
+
+    assert pct_change(0.0, 0.0, "peak_delta_mib") == pct_change(0.004, 0.016, "peak_delta_mib") == "<1 MiB: noise"
+    assert pct_change(251.0, 251.3, "peak_rss_mib") == "<1 MiB: noise"
+    assert pct_change(100.0, 150.0, "rss_rise_mib") == "+50.0%"
+    assert pct_change(62.5 / 1024, 125 / 1024, "tensor_peak_mib") == "+100.0%"  # deterministic: no floor
+    assert pct_change(1.6e6, 1.6e6, "flops") == "+0.0%" and pct_change(0.0, 3.2e6, "flops") == "from 0"
+    assert pct_change(None, 1.0, "flops") == "n/a"
