@@ -26,7 +26,7 @@ from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
 from .measure.instructions import InstructionPass
-from .measure.memory import MemoryProbe, resolve_memory_method
+from .measure.memory import MemoryProbe, resolve_memory_method, rss_rise
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric, mib_summary
 from .measure.runqueue import RunqueueClock
@@ -286,17 +286,6 @@ class StageMeasurer:
         if instructions is not None:
             result.metrics["instructions"] = instructions
         return result, outputs if outputs is not None else flop_outputs
-
-
-def rss_rise(peak: Metric, start_mib: float | None, start_what: str) -> Metric:
-    """The case's own RSS rise: its peak RSS (the whole process's high-water mark during a forward) minus the
-    process's RSS at the case's start, so what earlier cases left resident is not counted (issue 32 item 8). A peak
-    below the start (the process gave memory back meanwhile) rose by 0. The whole-process peak stays in
-    peak_rss_mib."""
-    if peak.value is None or start_mib is None:
-        return Metric.missing(peak.method, peak.reason or "no RSS at the case's start")
-    details = {"start_rss_mib": start_mib, "start": start_what, "peak_rss_mib": peak.value}
-    return Metric(max(0.0, peak.value - start_mib), peak.method, details=details)
 
 
 # two-sided 95 % quantiles of Student's t, df 1..30 (any statistics table); past 30 a Cornish-Fisher expansion

@@ -96,7 +96,7 @@ def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, wa
 
 
 def run(job: dict) -> dict:
-    from pytest_s2st.measure.memory import current_rss_mib
+    from pytest_s2st.measure.memory import current_rss_mib, rss_rise
 
     start = current_rss_mib()  # the fresh process before the case's model is built: its RSS rise starts here
     from pytest_s2st.cases import Case
@@ -134,8 +134,6 @@ def run(job: dict) -> dict:
                 out, mem = probe.measure(stage.forward, x)
                 per_sample.append(mem)
                 outputs.append(out)
-            from pytest_s2st.runner import rss_rise
-
             peak = mib_summary(per_sample, "peak_rss_mib")
             rise = rss_rise(peak, start, "the fresh process before the case's model was built")
             stages.append({"rss_rise_mib": rise.to_dict(), "peak_rss_mib": peak.to_dict(),
