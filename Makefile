@@ -10,9 +10,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 FAIRSEQ := $(shell grep -o 'fairseq-fixed==[0-9.]*' pyproject.toml)
+# The extras `make install` installs -- the README's install is `make install`, so `make test` and `make bench`
+# find this venv complete and never reinstall (what each brings: docs/install.md):
+#   dev      the test suite: pytest-xdist, hypothesis (fuzzing), check-jsonschema and zizmor (the CI files),
+#            aiohttp (service), matplotlib (--s2st-plot), openai (the OpenAI-protocol tests)
+#   fairseq  fairseq-fixed, soundfile, sentencepiece: the fairseq pipelines and the embedded tiny fairseq models
+#   papi     python-papi: --s2st-flops=papi (hardware FLOP counters, where the CPU exposes them)
+#   quality  jiwer, pocketsphinx, librosa, scipy, webrtcvad, sacrebleu (+ resemblyzer, below): the quality gate's
+#            offline scorers (WER, speaker similarity, durations) and BLEU/chrF
+#   qwen     qwen-tts: the tiny Qwen3-TTS case of `make bench` and the 0.6B of `make bench-full`
+# EXTRAS=dev,fairseq is enough for the callable path and the fairseq cases (the Qwen3-TTS case is then left out)
 EXTRAS ?= dev,fairseq,papi,quality,qwen
-# where torch comes from: empty = pip's default; CI on GitHub runners sets PyTorch's CPU wheel index
-TORCH_INDEX ?=
+# where torch comes from: PyTorch's CPU wheel index first (PyPI's Linux x86-64 torch is a multi-GB CUDA build);
+# where that index cannot be reached, PyPI's. TORCH_INDEX= (empty): PyPI only
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 comma := ,
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
@@ -29,7 +40,9 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
+	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) $(TORCH) || \
+	  { echo "$(TORCH_INDEX) cannot be reached: torch from PyPI (a CUDA build on Linux x86-64; it runs on CPU too)"; \
+	    $(PY) -m pip install -q $(TORCH); },$(PY) -m pip install -q $(TORCH))
 	echo "$(TORCH)" > $(VENV)/constraints.txt
 	# fairseq-fixed is an sdist whose build requires torch: pip's isolated build environment would fetch one of
 	# its own (from PyPI a multi-GB CUDA build, whatever TORCH_INDEX says), so it is built against the venv's torch
@@ -43,8 +56,8 @@ $(STAMP): pyproject.toml
 	case ",$(EXTRAS)," in *,qwen,*) $(PY) -c "import torchaudio" 2>/dev/null || rm -f "$$($(PY) -c 'import importlib.util as u, pathlib as p; print(p.Path(u.find_spec("torchaudio").origin).parent / "lib")')"/*.so;; esac
 	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	# vLLM-Omni's continuity function is a test oracle (tests/test_stream_gate.py): its pure-Python wheel,
-	# without dependencies, kept beside the venv; the test loads that one file from it by path
-	$(PY) -m pip download -q --no-deps vllm-omni==0.30.0 -d $(VENV)/wheels
+	# without dependencies, kept beside the venv; the test loads that one file from it by path (dev only)
+	case ",$(EXTRAS)," in *,dev,*) $(PY) -m pip download -q --no-deps vllm-omni==0.30.0 -d $(VENV)/wheels;; esac
 	touch $(STAMP)
 
 # Debian packages some tests use as a real system under test (espeak-ng speech, sox; valgrind with its

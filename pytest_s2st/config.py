@@ -59,6 +59,11 @@ class CaseConfig:
         """'path/x.yaml:7 (general.dataset_size)', or without ':7' when the line is unknown."""
         return _where(self.path, self.lines, key)
 
+    @property
+    def name(self) -> str:
+        """The config's name: general.name, else the file's stem (the case id less its model type)."""
+        return self.case_id[len(self.model_type) + 1:]
+
 
 def _where(path: Path, lines: Mapping[str, int], key: str) -> str:
     line = lines.get(key)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 from .runtime_stats import RUNTIME_STATISTIC
 
 INFERENCE, SERVICE = "inference", "service"
+RSS_NOISE_MIB = 1.0  # vmhwm reads 200 MiB as 199.8-199.9 (batched RSS counters); the allocator keeps or returns pages
 
 
 def fmt_seconds(value: float) -> str:
@@ -84,6 +85,8 @@ class MetricDef:
     budgetable: bool = True         # an s2st_budget keyword (service: one per stat)
     show_method: bool = False       # its method goes into the table's "methods" column
     note_missing: bool = True       # an n/a cell gets a "why" note under the table
+    column: bool = True             # inference: a column of the extra and compare tables (else JSON and gates only)
+    noise: float = 0.0              # a change smaller than this (absolute, in the unit) is called noise, not a percent
     stats: tuple[str, ...] = ()     # service: statistics kept in the summary
     table_stats: tuple[str, ...] = ()  # service: statistics shown in the service table
     help: str = ""
@@ -96,10 +99,16 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("runtime_s", "runtime", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
               "device-synchronised)", aggregate="sum", comparable=True, show_method=True,
               help=f"{RUNTIME_STATISTIC} wall seconds per sample"),
+    # RSS changes below RSS_NOISE_MIB are the kernel's batched counters and the allocator's slack, not the model
+    MetricDef("rss_rise_mib", "RSS rise", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler) minus "
+              "the process's RSS at the case's start", aggregate="max", comparable=True, noise=RSS_NOISE_MIB,
+              help="peak RSS during the forward minus the process's RSS at the case's start (before its model was "
+                   "built): what the case added to the process"),
     MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
-              aggregate="max", comparable=True, help="absolute process peak RSS during the forward"),
+              aggregate="max", comparable=True, column=False, noise=RSS_NOISE_MIB,
+              help="absolute process peak RSS during the forward (the whole process: every case before it too)"),
     MetricDef("peak_delta_mib", "peak delta", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
-              aggregate="max", comparable=True, show_method=True,
+              aggregate="max", comparable=True, show_method=True, noise=RSS_NOISE_MIB,
               help="peak RSS during the forward minus RSS just before it"),
     MetricDef("device_peak_mib", "device peak", "MiB", fmt_mib, INFERENCE, "memory pass (cuda/npu peak allocated)",
               aggregate="max", comparable=True, note_missing=False,

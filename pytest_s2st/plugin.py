@@ -267,10 +267,13 @@ def s2st_case(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(scope="session")
-def s2st_pipeline(s2st_case):
+def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     """The case's pipeline, loaded once per session."""
+    from .measure.memory import current_rss_mib
     from .pipelines.base import build_pipeline
 
+    # the case's start: its RSS rise (rss_rise_mib) counts from here, its model's load included
+    session_of(request.config).case_start_rss[s2st_case.case_id] = current_rss_mib()
     try:
         pipeline = build_pipeline(s2st_case.model_type, s2st_case.config.stages,
                                   device=s2st_case.device().name, config_path=s2st_case.config.path,
@@ -377,6 +380,11 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
                 case is None or "s2st_pipeline" not in request.fixturenames
                 or benchmarked_baseline is not request.getfixturevalue("s2st_pipeline")):
             run_settings.instructions_baseline = benchmarked_baseline
+        if not own and case.case_id in state.case_start_rss:  # the case's pipeline: its start is before its build
+            run_settings.start_rss_mib = state.case_start_rss[case.case_id]
+        else:  # the test's own callable: what the test built counts, from the start of its setup
+            run_settings.start_rss_mib = request.node.stash.get(START_RSS_KEY, None)
+            run_settings.start_what = "before the test's setup"
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
@@ -388,10 +396,10 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
         def drive(rounds) -> str:
             rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
-            if rounds.policy.adaptive:  # --s2st-target-precision: rounds are added until it is reached
-                pedantic_until(benchmark, rounds.run, rounds.setup, rounds.more)
-            else:
-                benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count, iterations=1, warmup_rounds=0)
+            # pedantic's loop, as many rounds as the policy says (a count, or until --s2st-target-precision is
+            # reached); pytest-benchmark records each round as our stage clocks timed it, so its table and ours
+            # hold the same numbers (benchmark_compat.pedantic_until)
+            pedantic_until(benchmark, rounds.run, rounds.setup, rounds.more, timed=rounds.last_round_s)
             return timer_name(timer)
 
         try:
@@ -614,8 +622,15 @@ def _unmeasured_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
     return [Verdict(INCONCLUSIVE, reasons)] if reasons else []
 
 
+START_RSS_KEY = pytest.StashKey[float]()  # item -> the process's RSS (MiB) when its setup began
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from .budget import parse_budget
+    from .measure.memory import current_rss_mib
+
+    item.stash[START_RSS_KEY] = current_rss_mib()  # before its fixtures: a test's own model counts in its RSS rise
 
     for marker in item.iter_markers("s2st_budget"):
         try:

@@ -11,7 +11,10 @@ from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .settings import CompareLimit
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
-COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS)
+COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS if m.column)
+RSS_RISE_NOTE = ("RSS rise: the peak RSS of the forward minus the process's RSS at the case's start (before its model "
+                 "was built; a test's own callable: before the test's setup); the whole process's peak is "
+                 "peak_rss_mib in the JSON")
 
 
 def short_method(name: str, metric: Mapping[str, Any]) -> str:
@@ -164,6 +167,8 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
         notes.append(f"95% CI: the runtime {statistic_names(rows)}'s 95% confidence half-width, relative; n: timed "
                      f"rounds (an interval needs n >= {_min_rounds()})")
     shown = {key for key, _ in shown_columns(rows)}
+    if "rss_rise_mib" in shown:
+        notes.append(RSS_RISE_NOTE)
     for key, title in COLUMNS:
         if key not in shown and any(key in row.metrics for row in rows):
             stages = tuple(f"{row.name.strip()}: " for row in rows if row.name.startswith(" "))
@@ -302,11 +307,18 @@ def _reason(metrics: Mapping[str, Any], key: str) -> str:
     return show(entry.get("reason") or ("not in the saved row" if not entry else "no value"))
 
 
-def pct_change(old: float | None, new: float | None) -> str:
+def pct_change(old: float | None, new: float | None, key: str | None = None) -> str:
+    """A change cell, in one vocabulary: a signed percent ('+12.5%', '-3.0%', '+0.0%' when equal); 'from 0' when
+    the old value is 0 (no percent of 0); for a metric with a noise floor (RSS: the kernel's batched counters, the
+    allocator's slack), a change below it reads '<1 MiB: noise' instead of a percent of a few KiB; 'n/a'."""
     if old is None or new is None:
         return "n/a"
+    noise = BY_NAME[key].noise if key in BY_NAME else 0.0
+    if noise and abs(new - old) < noise:
+        unit = BY_NAME[key].unit
+        return f"<{noise:g} {unit}: noise"
     if old == 0:
-        return "=" if new == 0 else "was 0"
+        return "+0.0%" if new == 0 else "from 0"
     return f"{100.0 * (new - old) / abs(old):+.1f}%"
 
 
@@ -328,7 +340,7 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
                 cells.append(("n/a", "n/a", ""))
             else:
                 cells.append((fmt_metric(key, old_v), fmt_metric(key, new_v),
-                              change.short() if change is not None else pct_change(old_v, new_v)))
+                              change.short() if change is not None else pct_change(old_v, new_v, key)))
         triples.append((row.name, cells))
     if not triples:
         return []
@@ -631,8 +643,8 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
     rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
     if not rows:
         return []
-    # no peak RSS: it is the process's high-water mark, so the side measured second inherits the first's
-    others = [(key, title) for key, title in COLUMNS[1:] if key != "peak_rss_mib"
+    # no RSS rise (nor peak RSS): both sides rise over one start, so the side measured second inherits the first's
+    others = [(key, title) for key, title in COLUMNS[1:] if key not in ("rss_rise_mib", "peak_rss_mib")
               and any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
     header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
     body, stacked = [], []
@@ -642,7 +654,7 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
         ratio = f"x{change.ratio:.3f}{interval}" if change.ratio is not None else "n/a"
         before, after = fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s"))
         values = [(fmt_metric(key, _value(old, key)), fmt_metric(key, _value(new, key)),
-                   pct_change(_value(old, key), _value(new, key))) for key, _ in others]
+                   pct_change(_value(old, key), _value(new, key), key)) for key, _ in others]
         body.append([name, before, after, ratio, change.word] + [f"{b} ({c})" for _, b, c in values])
         stacked += [[name, "baseline", before] + [a for a, _, _ in values],
                     ["", "candidate", after] + [b for _, b, _ in values],

@@ -26,7 +26,7 @@ from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
 from .measure.instructions import InstructionPass
-from .measure.memory import MemoryProbe, resolve_memory_method
+from .measure.memory import MemoryProbe, resolve_memory_method, rss_rise
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric, mib_summary
 from .measure.runqueue import RunqueueClock
@@ -65,6 +65,10 @@ class RunSettings:
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
     isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
+    # the process's RSS (MiB) at the case's start, and what that start was: rss_rise_mib is the peak above it.
+    # None: measure_pipeline's own start (the model already built)
+    start_rss_mib: float | None = None
+    start_what: str = "before the case's model was built"
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
 
@@ -253,15 +257,18 @@ class StageMeasurer:
             self.memory.close()  # no sampler left beside the timed pass
             result.metrics["peak_rss_mib"] = mib_summary(per_sample, "peak_rss_mib")
             result.metrics["peak_delta_mib"] = mib_summary(per_sample, "peak_delta_mib")
+            result.metrics["rss_rise_mib"] = rss_rise(result.metrics["peak_rss_mib"], self.settings.start_rss_mib,
+                                                      self.settings.start_what)
             if self.memory_fallback:
-                for name in ("peak_rss_mib", "peak_delta_mib"):
+                for name in ("rss_rise_mib", "peak_rss_mib", "peak_delta_mib"):
                     result.metrics[name].details["fallback"] = self.memory_fallback
             result.metrics["device_peak_mib"] = mib_summary([{"d": d} for d in device_peaks], "d")
         else:
             off = Metric.missing("off", "memory measurement disabled (--s2st-memory=off)")
             if self.settings.isolate and self.settings.memory != "off":  # replaced by the fresh process's numbers
                 off = Metric.missing(self.settings.memory, "--s2st-isolate: the fresh process gave no memory numbers")
-            result.metrics.update(peak_rss_mib=off, peak_delta_mib=off, device_peak_mib=device.peak_mib())
+            result.metrics.update(rss_rise_mib=off, peak_rss_mib=off, peak_delta_mib=off,
+                                  device_peak_mib=device.peak_mib())
 
         # one dispatch pass counts the torch FLOPs and the live tensor bytes together (measure/tensor_memory.py)
         tensors = self.settings.tensor_memory == "dispatch"
@@ -424,6 +431,10 @@ class TimedRounds:
     def more(self) -> bool:
         return self.policy.more(self.round_totals)
 
+    def last_round_s(self) -> float:
+        """The last round's time over all stages, as the stage clocks took it (what pytest-benchmark records)."""
+        return self.round_totals[-1]
+
     def run_all(self) -> None:
         while self.more():
             args, _ = self.setup()
@@ -501,6 +512,9 @@ class PairedRounds:
     def more(self) -> bool:
         return self.candidate.more()
 
+    def last_round_s(self) -> float:
+        return self.candidate.last_round_s()
+
     def finish(self) -> None:
         self.candidate.settle()
         if self._pending is not None:
@@ -577,6 +591,13 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     if settings.runtime_protocol not in PROTOCOLS:
         raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
+    if settings.start_rss_mib is None:  # no earlier start known: the measurement's own (the model already built)
+        from dataclasses import replace
+
+        from .measure.memory import current_rss_mib
+
+        settings = replace(settings, start_rss_mib=current_rss_mib(),
+                           start_what="when its measurement began (the model already built)")
     threads = set_threads(settings.threads)
     seed_everything(settings.seed)
     measurement.info.update(

@@ -13,7 +13,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 
@@ -49,6 +49,7 @@ class S2STSession:
         self.translation_baselines: dict[str, dict] = {}   # quality.baseline config -> its bleu/chrf metrics
         self.plots: list[str] = []
         self.benchmark_rows_left_out = 0  # service levels left out of pytest-benchmark's table (plugin.py)
+        self.case_start_rss: dict[str, float] = {}  # case id -> this process's RSS (MiB) before its model was built
         self.inconclusive: list[tuple[str, list[str]]] = []
         self.regressions: list[str] = []
         self._evidence_root: Path | None = None
@@ -447,8 +448,7 @@ class S2STSession:
             if gate:
                 speedup = ", ".join(f"{k} {v:.3f}x" for k, v in sorted((gate.get("speedup") or {}).items()))
                 metric = data.get("policy", {}).get("speed_metric", "rtf")
-                tr.write_line(f"gate {name}: {gate['status']} against {data.get('baseline_dir')}"
-                              + (f"; speedup ({metric}): {speedup}" if speedup else ""))
+                tr.write_line(gate_line(name, gate, data.get("baseline_dir"), metric, speedup))
         if self.benchmark_rows_left_out:
             from .report import wrap
 
@@ -458,6 +458,17 @@ class S2STSession:
         tr.write_line(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
         for path in self.plots:
             tr.write_line(f"plot: {path}")
+
+
+def gate_line(name: str, gate: Mapping[str, Any], baseline_dir: str | None, metric: str, speedup: str) -> str:
+    """The service table's line per gated level: against which baseline run, or, without one, the reason (never
+    'against None')."""
+    if baseline_dir:
+        line = f"gate {name}: {gate['status']} against {baseline_dir}"
+    else:
+        reasons = gate.get("reasons") or []
+        line = f"gate {name}: {gate['status']}: {reasons[0] if reasons else 'no baseline run to compare with'}"
+    return line + (f"; speedup ({metric}): {speedup}" if speedup else "")
 
 
 SESSION_KEY = pytest.StashKey[S2STSession]()

@@ -307,7 +307,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against (default: no gate)", per_case=False, metavar="DIR"),
     Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of "
             f"{{id, pcm_sha256, {', '.join(score_fields())}}}; default: none)", per_case=False, metavar="FILE"),
-    Setting("plot", path, None, "write a PNG per case into DIR: TTFA, RTF, error rate and throughput against concurrency (default: no plot)", per_case=False, metavar="DIR"),
+    Setting("plot", path, None, "write a PNG per case into DIR (relative: under the rootdir): time to first audio, real-time factor, error rate, throughput, playback underrun and inter-chunk gap against concurrency, one line per test, a served baseline overlaid dashed (default: no plot)", per_case=False, metavar="DIR"),
     Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
     Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
     Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge; default: all cases)", per_case=False, metavar="I/N"),

@@ -139,8 +139,8 @@ NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+x]?\d[\d,]*(\.\d+)?(e[-+]?\d+)?(\s?(ns
 
 def masked(line: str) -> str:
     line = NUMBER.sub("#", line)
-    # a plain change is a number, or "=" / "was 0" when a side measured 0 (a peak delta often does): all three are
-    # the same cell, matched on structure
-    line = re.sub(r"\((=|was #)\)", "(#)", line)
+    # a change is a signed percent, or, on an RSS metric moving less than its noise floor, "<1 MiB: noise": both
+    # are the same cell, matched on structure (which one a run prints depends on a few KiB)
+    line = re.sub(r"\((#|<#: noise)\)", "(#)", line)
     line = re.sub(r"-{3,}", "---", line)
     return re.sub(r"\s+", " ", line).strip()

@@ -274,4 +274,26 @@ def test_cli_also_stages_the_tiny_qwen3tts_with_its_manifest(tmp_path, capsys):
     assert stage_cli.main([str(out)]) == 0
     assert re.search(r"^config +Qwen3TTS +configs/Qwen3TTS.yaml$", capsys.readouterr().out, re.M)
     check_manifest(out / "qwen3tts")  # every file's size and SHA256 as listed
-    assert "path: ../qwen3tts" in (out / "configs" / "Qwen3TTS.yaml").read_text()
+    text = (out / "configs" / "Qwen3TTS.yaml").read_text()
+    assert "path: ../qwen3tts" in text
+    # nothing in OUT points into the clone: the workload is copied beside the other datasets (issue 32 item 7)
+    assert "dataset_path: ../data/workload-default.jsonl" in text and not re.search(r"^\s*\w+: /", text, re.M)
+    from pytest_s2st.service.workload import DEFAULT_WORKLOAD
+
+    assert (out / "data" / "workload-default.jsonl").read_bytes() == DEFAULT_WORKLOAD.read_bytes()
+
+
+def test_qwen_tts_import_prints_no_flash_attn_banner():
+    """qwen_tts prints a flash-attn banner on stdout at its first import: s2st-stage, s2st-serve and the tiny
+    builders import it inside quiet_banner, which drops it (stdout stays the tool's own)."""
+    pytest.importorskip("qwen_tts")
+    code = ("from pytest_s2st.pipelines.qwen3tts import quiet_banner\n"
+            "with quiet_banner():\n    import qwen_tts\nprint('done')")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n" and "flash-attn" not in done.stderr
+    loud = subprocess.run([sys.executable, "-c", "import qwen_tts"], capture_output=True, text=True, timeout=300)
+    assert "flash-attn is not installed" in loud.stdout  # what is dropped: still printed without quiet_banner

@@ -362,3 +362,13 @@ def test_plot_draws_playback_panels_and_says_why_one_is_empty(tmp_path):
     written = plot_service(results, tmp_path / "plots")
     assert len(written) == 2 and all(p.parent == tmp_path / "plots" and p.stat().st_size > 1000 for p in written)
     assert not (tmp_path / "out").exists()  # a case name is one file name under the plot dir
+
+
+def test_plot_help_names_every_panel():
+    """--s2st-plot's help listed four panels of six; the underrun panels were missing (issue 32 item 7)."""
+    from pytest_s2st.plot import PANELS
+    from pytest_s2st.settings import BY_NAME as SETTINGS
+
+    help_text = SETTINGS["plot"].help
+    missing = [title for _, title, _, _ in PANELS if title.split(" (")[0].lower() not in help_text.lower()]
+    assert missing == []

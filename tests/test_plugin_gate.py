@@ -137,3 +137,14 @@ def test_gate_baseline_from_the_saved_run_that_benchmark_compare_names(pytester)
     longer = pytester.runpytest_subprocess(*base, "--benchmark-compare")
     assert longer.parseoutcomes() == {"failed": 1}
     longer.stdout.fnmatch_lines(["s2st FAIL: *duration*> 5*"])
+
+
+def test_a_gate_without_a_baseline_says_why_not_against_none():
+    """A gated level without a baseline run read 'gate ...: INCONCLUSIVE against None' (issue 32 item 7)."""
+    from pytest_s2st.session import gate_line
+
+    why = "no baseline: set quality.baseline, --s2st-baseline or --benchmark-compare"
+    line = gate_line("t[c1]", {"status": "INCONCLUSIVE", "reasons": [why]}, None, "rtf", "")
+    assert line == f"gate t[c1]: INCONCLUSIVE: {why}" and "None" not in line
+    assert gate_line("t[c1]", {"status": "PASS", "reasons": []}, "/runs/base", "rtf", "c1 1.2x") == \
+        "gate t[c1]: PASS against /runs/base; speedup (rtf): c1 1.2x"

@@ -30,7 +30,7 @@ def test_one_case_per_config_with_stable_ids(pytester):
         "*test_inference?callable-lin? PASSED*",
         "*test_inference?callable-np? PASSED*",
         "*s2st: runtime per sample, peak memory, FLOPs*",
-        "Name*runtime*95% CI*peak RSS*peak delta*tensor peak*FLOPs",
+        "Name*runtime*95% CI*RSS rise*peak delta*tensor peak*FLOPs",
     ])
     result.stdout.fnmatch_lines(["device peak: no column, n/a for every row: no device memory on cpu",
                                  "methods: time.perf_counter, warm protocol, vmhwm, torch"])

@@ -341,6 +341,12 @@ def test_cli_serves_the_case_pytest_resolved(tmp_path):
         assert identity["settings"]["threads"] == 2 and identity["settings"]["concurrency"] == [1, 4]
         assert identity["settings"]["device"] == "cpu" and identity["device"]["name"] == "cpu"
         assert identity["config"]["path"] == str(cfg)
+        # the served model is the config's name (general.name), not the case id (issue 32 item 7)
+        import urllib.request
+
+        base = f"http://{identity['host']}:{identity['port']}"
+        with urllib.request.urlopen(f"{base}/v1/models", timeout=10) as r:
+            assert [m["id"] for m in json.loads(r.read())["data"]] == ["overridden"]
         status, events = _post_once(identity["endpoint"])
         assert status == 200 and events[-1]["samples"] == 300 and events[-1]["sample_rate"] == 8000
         proc.send_signal(signal.SIGTERM)

@@ -29,6 +29,7 @@ def test_one_unit_per_column_from_its_largest_value():
 def _metrics(runtime, tensor, flops, method="torch", rounds=5):
     return {"runtime_s": {"value": runtime, "method": "timer:time.perf_counter",
                           "details": {"rounds_s": [runtime] * rounds, "precision": 0.05, "protocol": "warm"}},
+            "rss_rise_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_rss_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_delta_mib": {"value": 0.4, "method": "vmhwm"},
             "device_peak_mib": {"value": None, "method": "cuda", "reason": "cpu run: no device memory"},
@@ -76,6 +77,7 @@ def test_the_embedded_default_rows_fit_120_columns():
         m = _metrics(10 * runtime, 10 * tensor, 10 * flops, rounds=2 if "mt" in name else 5)
         m["runtime_s"]["details"]["precision"] = 2.275  # ±228%: the widest interval this machine printed
         m["peak_rss_mib"]["value"], m["peak_delta_mib"]["value"] = 10 * rss, 10 * delta
+        m["rss_rise_mib"]["value"] = 10 * rss  # the rise is at most the whole process's peak
         rows.append(Row(name, name, m, "INCONCLUSIVE"))
     lines = render_table(rows) + wrap(table_notes(rows) + [f"note: {n}" for n in missing_notes(rows)])
     assert max(map(len, lines)) <= WIDTH, "\n".join(lines)
@@ -378,3 +380,16 @@ def test_service(s2st_service, s2st_workload, s2st_concurrency, s2st_load):
     assert (pytester.path / "plots" / "callable-tts.png").is_file() and not (elsewhere / "plots").exists()
     assert (pytester.path / ".s2st-runs").is_dir()  # the evidence's root: the same
     result.stdout.fnmatch_lines([f"plot: {pytester.path / 'plots' / 'callable-tts.png'}"])
+
+
+def test_change_cells_speak_one_vocabulary_and_call_rss_noise_noise():
+    """Change cells read '(=)', '(was 0)' or '+300.0%' on a few KiB of RSS before (issue 32 item 7): now a signed
+    percent, 'from 0', or, for an RSS metric moving less than its noise floor, '<1 MiB: noise'."""
+    from pytest_s2st.report import pct_change
+
+    assert pct_change(0.0, 0.0, "peak_delta_mib") == pct_change(0.004, 0.016, "peak_delta_mib") == "<1 MiB: noise"
+    assert pct_change(251.0, 251.3, "peak_rss_mib") == "<1 MiB: noise"
+    assert pct_change(100.0, 150.0, "rss_rise_mib") == "+50.0%"
+    assert pct_change(62.5 / 1024, 125 / 1024, "tensor_peak_mib") == "+100.0%"  # deterministic: no floor
+    assert pct_change(1.6e6, 1.6e6, "flops") == "+0.0%" and pct_change(0.0, 3.2e6, "flops") == "from 0"
+    assert pct_change(None, 1.0, "flops") == "n/a"

@@ -188,6 +188,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
         stream = (pipeline_stream_synthesizer(pipeline, streaming), streaming.to_dict())
     return pipeline_synthesizer(pipeline), {
         "case_id": case.case_id,
+        "name": cfg.name,  # the config's name (general.name): the model id GET /v1/models lists
         "model_type": cfg.model_type,
         "config": _config_identity(cfg.path),
         "settings": settings_to_json(case.settings),

@@ -137,7 +137,12 @@ def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
 
     model_dir = build_tiny_qwen3tts(out / "qwen3tts")
     config = out / "configs" / "Qwen3TTS.yaml"
-    config.write_text(QWEN_YAML.format(path="../qwen3tts", workload=DEFAULT_WORKLOAD))  # relative: the folder can be moved
+    # every path relative to the config's folder, the workload copied beside the other datasets: OUT can be moved,
+    # and nothing in it points into the clone
+    workload = out / "data" / DEFAULT_WORKLOAD.name
+    workload.parent.mkdir(parents=True, exist_ok=True)
+    workload.write_bytes(DEFAULT_WORKLOAD.read_bytes())
+    config.write_text(QWEN_YAML.format(path="../qwen3tts", workload=f"../data/{workload.name}"))
     return model_dir, config
 
 

@@ -27,7 +27,7 @@ from pytest_s2st.measure.record import Metric, mib_summary
 TIMEOUT_S = 3600.0
 RESULT_MAX_BYTES = 1_000_000
 LOG_TAIL_CHARS = 2000
-NAMES = ("peak_rss_mib", "peak_delta_mib")
+NAMES = ("rss_rise_mib", "peak_rss_mib", "peak_delta_mib")
 NOTE = "fresh process per case (--s2st-isolate): this case's imports and model only"
 
 
@@ -46,7 +46,7 @@ def _pickled(what: str, value: Any) -> tuple[bytes | None, str | None]:
 
 def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, warmup: int, threads: int,
                     seed: int, stages: int, device: str, model: Any = None) -> list[dict[str, Metric]]:
-    """Per stage {"peak_rss_mib", "peak_delta_mib"} measured in a child process. ``model``: the callable (or
+    """Per stage {"rss_rise_mib", "peak_rss_mib", "peak_delta_mib"} measured in a child process. ``model``: the callable (or
     pipeline) the test benchmarks when it is not the case's own pipeline: the child re-creates that one from
     its pickle (a module-level function or a picklable object), not the case's model; one that cannot be
     pickled is a missing metric saying so."""
@@ -96,6 +96,9 @@ def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, wa
 
 
 def run(job: dict) -> dict:
+    from pytest_s2st.measure.memory import current_rss_mib, rss_rise
+
+    start = current_rss_mib()  # the fresh process before the case's model is built: its RSS rise starts here
     from pytest_s2st.cases import Case
     from pytest_s2st.measure.determinism import seed_everything, set_threads
     from pytest_s2st.measure.memory import MemoryProbe, resolve_memory_method
@@ -131,7 +134,10 @@ def run(job: dict) -> dict:
                 out, mem = probe.measure(stage.forward, x)
                 per_sample.append(mem)
                 outputs.append(out)
-            stages.append({n: mib_summary(per_sample, n).to_dict() for n in NAMES})
+            peak = mib_summary(per_sample, "peak_rss_mib")
+            rise = rss_rise(peak, start, "the fresh process before the case's model was built")
+            stages.append({"rss_rise_mib": rise.to_dict(), "peak_rss_mib": peak.to_dict(),
+                           "peak_delta_mib": mib_summary(per_sample, "peak_delta_mib").to_dict()})
             if s + 1 < len(pipeline.stages):
                 xs = [stage.to_next_input(o) for o in outputs]
     finally:

@@ -241,3 +241,14 @@ def _metrics(peak_mib: float, baseline_mib: float, method: str, details: dict) -
         "peak_rss_mib": Metric(peak_mib, method, details=dict(details)),
         "peak_delta_mib": Metric(peak_mib - baseline_mib, method, details=dict(details)),
     }
+
+
+def rss_rise(peak: Metric, start_mib: float | None, start_what: str) -> Metric:
+    """The case's own RSS rise: its peak RSS (the whole process's high-water mark during a forward) minus the
+    process's RSS at the case's start, so what earlier cases left resident is not counted (issue 32 item 8). A peak
+    below the start (the process gave memory back meanwhile) rose by 0. The whole-process peak stays in
+    peak_rss_mib."""
+    if peak.value is None or start_mib is None:
+        return Metric.missing(peak.method, peak.reason or "no RSS at the case's start")
+    details = {"start_rss_mib": start_mib, "start": start_what, "peak_rss_mib": peak.value}
+    return Metric(max(0.0, peak.value - start_mib), peak.method, details=details)

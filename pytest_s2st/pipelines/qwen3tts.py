@@ -62,10 +62,30 @@ def normalize_language(value: str) -> str:
     return text[:1].upper() + text[1:].lower() if text else text
 
 
+FLASH_ATTN_BANNER = "flash-attn is not installed"
+
+
+@contextlib.contextmanager
+def quiet_banner():
+    """qwen_tts prints a flash-attn banner on stdout when first imported (a box of asterisks around "flash-attn is
+    not installed ... Please install flash-attn for faster inference"): on CPU it says nothing useful, so it is
+    dropped; anything else printed meanwhile goes to stderr (stdout stays machine-readable)."""
+    import io
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield
+    finally:
+        kept = [line for line in buf.getvalue().splitlines()
+                if line.strip(" *") and FLASH_ATTN_BANNER not in line]
+        if kept:
+            print("\n".join(kept), file=sys.stderr)
+
+
 def _import_qwen_tts(where: str) -> Any:
     try:
-        # its import prints a flash-attn banner on stdout; keep stdout for machine-readable output
-        with contextlib.redirect_stdout(sys.stderr):
+        with quiet_banner():
             import qwen_tts
     except ImportError as exc:
         raise S2STError(f"{where}: model_type 'Qwen3TTS' needs qwen-tts ({exc}); {INSTALL_HINT}") from None

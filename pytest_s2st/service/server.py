@@ -151,8 +151,9 @@ class _SpeechApp:
         self.queue_size, self.chunk_samples = queue_size, chunk_samples
         self.state = {"ready": False, "served": 0, "failed": 0, "busy": 0}
         # the model ids GET /v1/models lists and a request's "model" may name (vLLM's --served-model-name)
+        # (default: the config's name, general.name -- "tiny" for general.name: tiny, not the case id "Qwen3TTS-tiny")
         self.model_ids = list(served_model_names or [
-            str(identity.get("case_id") or identity.get("model_type") or "s2st-reference")])
+            str(identity.get("name") or identity.get("case_id") or identity.get("model_type") or "s2st-reference")])
         self.ignored: list[str] = []  # request fields accepted and not acted on, each logged once
         self.created = int(time.time())
         self.queue: asyncio.Queue | None = None
@@ -515,7 +516,8 @@ def make_app(
 ) -> web.Application:
     """The speech app. ``queue_size`` requests may wait while one runs; one more gets 503 busy.
     With ``stream`` the app streams: each chunk it emits is sent at once (``synthesize`` is unused).
-    ``served_model_names``: the model ids a request may name (default: the identity's case id)."""
+    ``served_model_names``: the model ids a request may name (default: the identity's name, the config's
+    general.name; else its case id)."""
     if queue_size < 1:
         raise S2STError(f"queue_size={queue_size}: must be >= 1")
     if chunk_samples < 1:

@@ -26,13 +26,12 @@ tiny builder's layout. The talker is stored in bfloat16 (as released), the codec
 """
 from __future__ import annotations
 
-import contextlib
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ..assets import MANIFEST_NAME, sha256_file
+from ..pipelines.qwen3tts import quiet_banner
 from .cache import build_once, cache_root, dist_version, source_key
 from .qwen_tiny import codec_config, main_config, write_model
 
@@ -87,7 +86,7 @@ def param_counts() -> dict[str, int]:
     buffers: what its model.safetensors holds), "total" (talker + speech_tokenizer_stored)."""
     import torch
 
-    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on import
+    with quiet_banner():  # qwen_tts prints a flash-attn banner on import
         from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
         from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
 

@@ -18,13 +18,12 @@ Imports torch/transformers/qwen_tts lazily: only called when staging is asked fo
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from ..assets import MANIFEST_NAME, write_manifest
+from ..pipelines.qwen3tts import quiet_banner
 from .cache import build_once, cache_root, dist_version, source_key
 
 SEED = 0
@@ -102,7 +101,8 @@ def main_config(ids: dict[str, int], talker_sizes: dict[str, Any] | None = None,
                 tts_model_size: str = "1b7") -> Any:
     """The CustomVoice config at the given sizes (default: the tiny ones), with the released codec-id
     layout; ``text_vocab_size`` defaults to the trained tokenizer's vocabulary."""
-    from qwen_tts.core.models import Qwen3TTSConfig
+    with quiet_banner():  # the first qwen_tts import prints a flash-attn banner
+        from qwen_tts.core.models import Qwen3TTSConfig
 
     languages = {name: 2050 + i for i, name in enumerate(LANGUAGES)}
     speakers = {name: 2301 + i for i, name in enumerate(SPEAKERS)}
@@ -124,7 +124,8 @@ def main_config(ids: dict[str, int], talker_sizes: dict[str, Any] | None = None,
 
 
 def codec_config(encoder: dict[str, Any] | None = None, decoder: dict[str, Any] | None = None) -> Any:
-    from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
+    with quiet_banner():
+        from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config
 
     encoder_sizes = dict(  # Mimi: 24 kHz / (8*6*5*4) / 2 = 12.5 Hz
         hidden_size=32, num_filters=8, upsampling_ratios=[8, 6, 5, 4], codebook_size=CODEBOOK, codebook_dim=16,
@@ -195,7 +196,7 @@ def write_model(out_dir: Path, seed: int, make_config: Any, codec_cfg: Any, talk
     import torch
     from transformers import EncodecFeatureExtractor
 
-    with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn banner on import
+    with quiet_banner():  # qwen_tts prints a flash-attn banner on import
         from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
         from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
 
