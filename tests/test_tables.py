@@ -305,14 +305,14 @@ def test_fit_wraps_whole_columns_under_the_name():
 def test_compare_is_one_line_per_benchmark_when_it_fits_and_stacks_when_not():
     from pytest_s2st.report import render_compare
 
-    old = {"flops": {"value": 1.6e6, "method": "torch"}, "peak_rss_mib": {"value": 250.0, "method": "vmhwm"}}
-    new = {"flops": {"value": 3.2e6, "method": "torch"}, "peak_rss_mib": {"value": 260.0, "method": "vmhwm"}}
+    old = {"flops": {"value": 1.6e6, "method": "torch"}, "rss_rise_mib": {"value": 250.0, "method": "vmhwm"}}
+    new = {"flops": {"value": 3.2e6, "method": "torch"}, "rss_rise_mib": {"value": 260.0, "method": "vmhwm"}}
     rows = [Row("test_a", "a", new, key="a")]
     narrow = render_compare(rows, {"a": old})
     assert len(narrow) == 3 and "250.0 MiB -> 260.0 MiB (+4.0%)" in narrow[2]
     stacked = render_compare(rows, {"a": old}, width=40)
     assert [line.split()[:2] for line in stacked[2:]] == [["test_a", "then"], ["now", "260.0"], ["change", "+4.0%"]]
-    assert stacked[0].split() == ["Name", "peak", "RSS", "FLOPs"] and max(map(len, stacked)) <= 40
+    assert stacked[0].split() == ["Name", "RSS", "rise", "FLOPs"] and max(map(len, stacked)) <= 40
 
 
 # ------------------------------------------------------------------ plots: one line per test, the baseline overlaid
