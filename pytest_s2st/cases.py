@@ -178,9 +178,16 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
     sources: dict[str, str] = {}
     settings = resolve_settings(config.general, explicit, ini, where, sources)
     dataset = config.general.get("dataset_path")
-    if dataset is not None and not Path(str(dataset)).exists():
+    if dataset is not None:
         source = "--s2st-dataset-path" if "dataset_path" in explicit else where("dataset_path")
-        raise S2STError(f"{source}: dataset {dataset} does not exist")
+        if not isinstance(dataset, (str, os.PathLike)) or isinstance(dataset, bool):
+            raise S2STError(f"{source}: dataset_path must be a path (a string), got {type(dataset).__name__}")
+        try:
+            exists = Path(dataset).exists()
+        except (OSError, ValueError) as exc:  # a name too long, a NUL byte: no such dataset either
+            raise S2STError(f"{source}: dataset {str(dataset)[:200]!r} cannot be read: {type(exc).__name__}") from None
+        if not exists:
+            raise S2STError(f"{source}: dataset {dataset} does not exist")
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
     return Case(config, settings)

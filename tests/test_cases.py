@@ -64,3 +64,18 @@ def test_yaml_values_json_lacks_become_text(tmp_path):
 def test_bad_setting_in_json_is_a_value_error():
     with pytest.raises(ValueError, match="must be an integer > 0"):
         settings_from_json({"threads": 0})
+
+
+@pytest.mark.parametrize("value, words", [("[[1.0e16, 1.0e16], {a: 1}]", "must be a path (a string), got list"),
+                                          ("'" + "x" * 5000 + "'", "cannot be read: OSError"),
+                                          ("nowhere.npy", "does not exist")])
+def test_a_dataset_path_that_is_no_path_is_one_line_naming_its_key(tmp_path, value, words):
+    """A list, or a name too long for the file system, went to Path.exists() and raised a traceback (found by
+    tests/test_fuzz_config.py); each is one line naming the file and key."""
+    from pytest_s2st.errors import S2STError
+
+    cfg = write_case(tmp_path, "x", ["build_numpy"])
+    cfg.write_text(cfg.read_text().replace("dataset_path: data.npy", f"dataset_path: {value}"))
+    with pytest.raises(S2STError) as err:
+        load_case(cfg, {}, lambda name: None)
+    assert words in str(err.value) and "dataset_path" in str(err.value) and "\n" not in str(err.value)

@@ -83,7 +83,7 @@ def test_streamed_pcm_is_the_same_in_both_protocols_and_matches_the_baseline(ser
     with openai.OpenAI(base_url=stream["endpoint"].rsplit("/audio/speech", 1)[0], api_key="unused",
                        max_retries=0, timeout=600) as client:
         with client.audio.speech.with_streaming_response.create(
-                model="Qwen3TTS-tiny", voice="Vivian", input=REQUEST["text"], response_format="pcm",
+                model="tiny", voice="Vivian", input=REQUEST["text"], response_format="pcm",
                 extra_body={"language": "en", "seed": 3}) as response:
             assert response.headers["content-type"] == "audio/pcm;rate=24000"
             sdk_pcm = b"".join(response.iter_bytes())

@@ -255,7 +255,7 @@ def count_pipeline(case: Mapping[str, Any] | None, first_input: Any, *, warmup: 
                sys.executable, "-m", "pytest_s2st.measure._instr_child", str(work / JOB_FILE)]
         # minutes under valgrind: a line every 10 s; each counted stage leaves 3 dumps (prime, no-op, forward)
         with open(work / CHILD_LOG, "wb") as log, phase(
-                f"counting instructions under valgrind ({case.get('case_id', 'case')})", unit="stage(s) counted",
+                f"counting instructions under valgrind ({callable_name(model) if model is not None else (case or {}).get('case_id', 'case')})", unit="stage(s) counted",
                 done=lambda: len(list(work.glob(DUMP_PREFIX + ".*"))) // 3, limit_s=timeout_s):
             try:
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
