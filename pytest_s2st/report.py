@@ -348,14 +348,19 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
     header = ["Name"] + [titles[i] for i in keep]
     wide = [[name] + [f"{cells[i][0]} -> {cells[i][1]} ({cells[i][2]})" if cells[i][2] else "n/a" for i in keep]
             for name, cells in triples]
-    lines = table(header, wide)
-    if max(map(len, lines)) <= width:
-        return lines
     stacked = []
     for name, cells in triples:
         stacked += [[name, "then"] + [cells[i][0] for i in keep], ["", "now"] + [cells[i][1] for i in keep],
                     ["", "change"] + [cells[i][2] for i in keep]]
-    return fit(["Name", ""] + header[1:], stacked, width, keep=2)
+    return one_line_or_stacked(table(header, wide), ["Name", ""] + header[1:], stacked, width)
+
+
+def one_line_or_stacked(lines: list[str], stacked_header: list[str], stacked: list[list[str]], width: int) -> list[str]:
+    """A compare-like table as rendered in one line per benchmark when that fits ``width``, else its stacked
+    form (each benchmark as a few labelled rows, one value per cell), whose columns fit() wraps if still wide."""
+    if max(map(len, lines)) <= width:
+        return lines
+    return fit(stacked_header, stacked, width, keep=2)
 
 
 def compare_legend(means: str = "means") -> str:
@@ -659,11 +664,8 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
         stacked += [[name, "baseline", before] + [a for a, _, _ in values],
                     ["", "candidate", after] + [b for _, b, _ in values],
                     ["", "change", f"{ratio} {change.word}".strip()] + [c for _, _, c in values]]
-    lines = table(header, body)
-    if max(map(len, lines)) <= width:
-        return lines
-    # too wide: each benchmark as three rows, one value per cell (as the compare table stacks then/now/change)
-    return fit(["Name", "", "runtime"] + [title for _, title in others], stacked, width, keep=2)
+    return one_line_or_stacked(table(header, body), ["Name", "", "runtime"] + [title for _, title in others],
+                               stacked, width)
 
 
 AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process) "
