@@ -30,7 +30,7 @@ def interval() -> float:
         value = float(os.environ.get(EVERY_ENV, ""))
     except ValueError:
         return EVERY_S
-    return value if value > 0 else EVERY_S
+    return value if 0 < value < 86400 else EVERY_S  # nan, inf (Event.wait overflows) and <= 0: the default
 
 
 def install(writer: Writer) -> None:
