@@ -103,8 +103,13 @@ def pytest_configure(config: pytest.Config) -> None:
         state.option("level_parts_wait")
         if config.getoption("s2st_config"):
             state.load_cases()  # a bad config is a usage error before collection
+        for name in ("ab_base", "ab_pairs", "ab_round_s"):
+            state.option(name)
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from .plugin_versions import configure as code_versions
+
+    code_versions(config, state)  # --s2st-ab-base's controller, or a worker it started
     if _xdist_distributes(config):  # -n N: workers time, the controller merges (plugin_xdist.py)
         from .plugin_xdist import XdistGlue
 
@@ -354,6 +359,17 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     def run(pipeline, dataset, *, baseline=None) -> Measurement:
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
+        versions = state.code_versions
+        if versions is not None:  # pytest-benchmark times nothing here: its "fixture was not used" does not apply
+            benchmark._mode = "s2st: timed by the code-version A/B"
+        if versions is not None and versions.controller:  # both sides measured in the workers (plugin_versions)
+            measurement = versions.compare(request.node)
+            measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
+            state.add_measurement(request.node, measurement)
+            benchmark.extra_info["s2st"] = measurement.to_dict()
+            return measurement
+        if versions is not None:
+            baseline = None  # a code-version worker times its own tree's model; the other side is the baseline
         from .datasets import inputs_from
         from .pipelines.callable import from_function, is_pipeline
 
@@ -396,6 +412,9 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
 
         def drive(rounds) -> str:
             rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
+            if versions is not None:  # the controller orders each round (versions/worker.py)
+                versions.serve(request.node, rounds)
+                return timer_name(timer)
             # pedantic's loop, as many rounds as the policy says (a count, or until --s2st-target-precision is
             # reached); pytest-benchmark records each round as our stage clocks timed it, so its table and ours
             # hold the same numbers (benchmark_compat.pedantic_until)
@@ -415,6 +434,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         if case is not None:
             _translation(request, state, case, dataset, measurement, pipeline)
         benchmark.extra_info["s2st"] = measurement.to_dict()
+        if versions is not None:
+            versions.measured(request.node, benchmark.extra_info["s2st"])
         if settings.get("dump_dir"):
             _dump(measurement, case, settings["dump_dir"])
         return measurement
@@ -601,6 +622,9 @@ def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
     from .budget import FAIL, INCONCLUSIVE, PASS, Verdict
     from .report import ab_limits
 
+    missing = measurement.info.get("ab", {}).get("missing")
+    if missing:  # a code-version A/B where a side measured nothing: never a pass
+        return [Verdict(INCONCLUSIVE, [f"no A/B verdict: {missing}"])]
     limits = session_of(item.config).option("compare_fail")
     if not limits:
         return []

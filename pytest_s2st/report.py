@@ -671,6 +671,19 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
 AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process) "
              "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
              "columns: the candidate (its change from the baseline), or, stacked, each side and the change")
+VERSIONS_LEGEND = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "
+                   "round by round, ABBA) [its 95% interval, widened to hold each worker pair's median]; slower/faster "
+                   "when the interval excludes 1 and the ratio is past 2%; other columns: the head (its change from "
+                   "the base), or, stacked, each side and the change")
+
+
+def ab_mode(s2st: Mapping[str, Any]) -> tuple[str, str]:
+    """(the A/B table's title, its legend) for the mode that measured this row: in one process, or two code
+    versions (--s2st-ab-base)."""
+    ab = _mapping(s2st.get("ab"))
+    if ab.get("mode") == "code versions":
+        return f"A/B of code versions (base {ab.get('base')} -> head)", VERSIONS_LEGEND
+    return "A/B in one process (baseline -> candidate)", AB_LEGEND
 
 
 def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[list[str], list[str]]:

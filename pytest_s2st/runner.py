@@ -18,6 +18,7 @@ as ``RoundPolicy`` says.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Sequence
@@ -71,6 +72,7 @@ class RunSettings:
     start_what: str = "before the case's model was built"
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
+    ab_round_s: float = 0.1  # an A/B's round target (runner.AB_ROUND_S, --s2st-ab-round-s)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
@@ -128,6 +130,21 @@ class Measurement:
             "stages": [s.to_dict() for s in self.stages],
             **({"baseline": self.baseline.to_dict()} if self.baseline is not None else {}),
         }
+
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
+        """The inverse of to_dict (outputs are never saved): stages with their metrics, the case's own metrics
+        (those no stage holds: translation quality), the rest as info."""
+        stages = [StageResult(str(s.get("name")), {k: Metric.from_dict(v) for k, v in (s.get("metrics") or {}).items()})
+                  for s in data.get("stages") or []]
+        staged = {k for s in stages for k in s.metrics}
+        out = cls(str(data.get("case")), str(data.get("model_type")), stages,
+                  info={k: v for k, v in data.items() if k not in ("case", "model_type", "metrics", "stages", "baseline")})
+        out.quality = {k: Metric.from_dict(v) for k, v in (data.get("metrics") or {}).items() if k not in staged}
+        if isinstance(data.get("baseline"), Mapping):
+            out.baseline = cls.from_dict(data["baseline"])
+        return out
 
 
 def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
@@ -376,6 +393,9 @@ class TimedRounds:
         self.device = device
         self.timer = timer
         self.n_samples = len(stage_inputs[0])
+        # samples a round runs one after another (an A/B calibrates it, calibrate_calls): each round records the
+        # per-sample mean of its calls, so rounds of any length read as per-sample times
+        self.calls = 1
         self.policy = policy or RoundPolicy(self.n_samples * repeat)
         self.count = self.policy.required  # the fixed count when no precision target is set
         self.durations: list[list[float]] = [[] for _ in self.stages]
@@ -405,7 +425,7 @@ class TimedRounds:
             self.settle()
         if self.progress is not None and self._next and self._next % PROGRESS_EVERY == 0:
             self.progress("all stages", "timing", self._next, self.count)
-        index = self._next % self.n_samples
+        index = (self._next * self.calls) % self.n_samples
         self._next += 1
         if mark:
             self.mark()
@@ -416,17 +436,35 @@ class TimedRounds:
         self._queue.close()
 
     def run(self, index: int) -> None:
+        """One round: ``calls`` samples from ``index`` on (the dataset cycled), each through every stage, each stage
+        clocked per call; the round records each stage's per-sample mean."""
         timer, sync = self.timer, self.device.synchronize
-        total = 0.0
-        for s, stage in enumerate(self.stages):
-            x = self.stage_inputs[s][index]
-            start = timer()
-            stage.forward(x)
-            sync()
-            took = timer() - start
-            self.durations[s].append(took)
-            total += took
-        self.round_totals.append(total)
+        sums = [0.0] * len(self.stages)
+        for c in range(self.calls):
+            i = (index + c) % self.n_samples
+            for s, stage in enumerate(self.stages):
+                x = self.stage_inputs[s][i]
+                start = timer()
+                stage.forward(x)
+                sync()
+                sums[s] += timer() - start
+        for s, took in enumerate(sums):
+            self.durations[s].append(took / self.calls)
+        self.round_totals.append(sum(sums) / self.calls)
+
+    def per_call_s(self, budget_s: float) -> float:
+        """Untimed by any round: calls over the samples in order until ``budget_s`` has passed (at least one,
+        at most one pass over the dataset); their mean time, what calibrate_calls sizes rounds from."""
+        timer, sync = self.timer, self.device.synchronize
+        calls, start = 0, timer()
+        while calls < self.n_samples:
+            for s, stage in enumerate(self.stages):
+                stage.forward(self.stage_inputs[s][calls])
+                sync()
+            calls += 1
+            if timer() - start >= budget_s:
+                break
+        return (timer() - start) / calls
 
     def more(self) -> bool:
         return self.policy.more(self.round_totals)
@@ -487,6 +525,16 @@ class PairedRounds:
     def timer(self, value: Callable[[], float]) -> None:
         self.candidate.timer = self.baseline.timer = value
 
+    def calibrate(self, target_s: float) -> int:
+        """Both sides run ``calls_per_round`` samples a round, sized so that the slower side's round takes about
+        ``target_s``: a preemption then takes its share of a round instead of adding the same delay to both
+        sides of a pair, which pulls the ratio toward 1 on a busy machine (+10 % read x1.042 with one-call rounds
+        at load ~7)."""
+        per_call = max(self.candidate.per_call_s(target_s / 2), self.baseline.per_call_s(target_s / 2))
+        calls = calls_per_round(per_call, target_s, self.candidate.n_samples)
+        self.candidate.calls = self.baseline.calls = calls
+        return calls
+
     def _baseline_round(self, index: int) -> None:
         self.baseline.mark()
         self.baseline.run(index)
@@ -540,6 +588,20 @@ class PairedRounds:
 
 
 AB_MIN_PAIRS = 60  # ABBA pairs at least, unless --s2st-min-rounds says otherwise: +5 % seen 19/20 beside a CPU hog (30: 9/20)
+AB_ROUND_S = 0.1   # seconds an A/B round aims at (calls_per_round): see PairedRounds.calibrate
+MAX_CALLS_PER_ROUND = 1_000_000
+
+
+def calls_per_round(per_call_s: float, target_s: float, n_samples: int) -> int:
+    """Samples a round runs so that it takes about ``target_s`` at ``per_call_s`` a sample: at least one; past the
+    dataset's size a whole number of passes over it (every sample weighs the same in every round); at most
+    MAX_CALLS_PER_ROUND (a call too fast for the clock)."""
+    if not per_call_s > 0:
+        return MAX_CALLS_PER_ROUND
+    calls = max(1, math.ceil(target_s / per_call_s))
+    if calls > n_samples:
+        calls = math.ceil(calls / n_samples) * n_samples
+    return min(calls, MAX_CALLS_PER_ROUND)
 
 
 def min_rounds_for(settings: RunSettings) -> int | None:
@@ -559,6 +621,19 @@ def _chain_warm_up(stages: Sequence[Any], first: Any, times: int, sync: Callable
             sync()
             if s + 1 < len(stages):
                 x = stage.to_next_input(out)
+
+
+def _warm_chain(pipeline, samples: Sequence[Any], sync: Callable[[], None]) -> None:
+    """Every sample through the whole chain once, untimed and unmeasured."""
+    xs = [pipeline.prepare_sample(s) for s in samples]
+    stages = list(pipeline.stages)
+    for s, stage in enumerate(stages):
+        outs = []
+        for x in xs:
+            outs.append(stage.forward(x))
+            sync()
+        if s + 1 < len(stages):
+            xs = [stage.to_next_input(o) for o in outs]
 
 
 def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Sequence[Any]) -> None:
@@ -624,6 +699,9 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
                 sync()
             stage_inputs.append([stage.to_next_input(o) for o in outs])
     else:
+        if baseline is not None:  # both sides' allocators grown before either memory pass: the first is not blamed
+            for side in (pipeline, baseline):
+                _warm_chain(side, samples, sync)
         for s, stage in enumerate(stages):
             result, outputs = measurer.measure(stage, stage_inputs[s])
             measurement.stages.append(result)
@@ -652,6 +730,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
     if baseline is not None:
         base_stages, base_inputs = _measure_baseline(baseline, samples, settings, measurement, measurer)
         paired = PairedRounds(rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat))
+        paired.calibrate(settings.ab_round_s)
     driven = paired or rounds
     if drive_timing is None:
         driven.run_all()
@@ -720,6 +799,8 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     change = paired.change()
     measurement.info["ab"] = {
         "ratio": change.ratio, "low": change.low, "high": change.high, "word": change.word, "pairs": change.pairs,
-        "method": "median of paired candidate/baseline round ratios, rounds alternating ABBA in one process; "
-                  "95% distribution-free interval of the median (order statistics, binomial)",
+        "calls_per_round": paired.candidate.calls, "round_target_s": settings.ab_round_s,
+        "method": f"median of paired candidate/baseline round ratios, rounds of {paired.candidate.calls} calls "
+                  f"(about {settings.ab_round_s:g} s) alternating ABBA in one process; 95% distribution-free "
+                  "interval of the median (order statistics, binomial)",
     }

@@ -51,6 +51,7 @@ class S2STSession:
         self.benchmark_rows_left_out = 0  # service levels left out of pytest-benchmark's table (plugin.py)
         self.case_start_rss: dict[str, float] = {}  # case id -> this process's RSS (MiB) before its model was built
         self.inconclusive: list[tuple[str, list[str]]] = []
+        self.code_versions: Any = None  # --s2st-ab-base: its controller, or this worker's part (plugin_versions)
         self.regressions: list[str] = []
         self._evidence_root: Path | None = None
         # xdist (plugin_xdist.py): the worker id on a worker; on the controller, what the workers sent
@@ -397,13 +398,18 @@ class S2STSession:
             tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
 
     def _display_ab(self, tr: Any) -> None:
-        from .report import AB_LEGEND, render_ab, wrap
+        from .report import ab_mode, render_ab, wrap
 
-        lines = render_ab([(name, measurement) for name, _, measurement, _ in self.records()])
-        if lines:
-            tr.write_sep("-", "s2st: A/B in one process (baseline -> candidate)")
-            for line in lines + wrap([AB_LEGEND]):
-                tr.write_line(line)
+        modes: dict[tuple[str, str], list] = {}  # one table per A/B mode, each with its own title and legend
+        for name, _, measurement, _ in self.records():
+            if "ab" in measurement:
+                modes.setdefault(ab_mode(measurement), []).append((name, measurement))
+        for (title, legend), records in modes.items():
+            lines = render_ab(records)
+            if lines:
+                tr.write_sep("-", f"s2st: {title}")
+                for line in lines + wrap([legend]):
+                    tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
         from .report import compare_legend, insignificant, render_compare, statistic_names, unmatched, wrap

@@ -50,6 +50,7 @@ def positive_float(value: Any) -> float:
 MAX_PROCESSES = 64     # --s2st-processes: fresh processes per side (each one a pytest worker)
 MAX_ROUNDS = 100_000  # timed rounds one benchmark may ask for: each is kept (rounds_s) in the saved JSON
 MAX_SECONDS = 7 * 86400.0  # any duration option: a week (1e308 is well-formed but no bound at all)
+MAX_ROUND_S = 60.0     # --s2st-ab-round-s: one A/B round
 MAX_AUDIO_S = 86400.0  # audio one service response may carry (a day): the byte bounds derive from it
 
 
@@ -288,6 +289,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
+    Setting("ab_round_s", bounded_float(MAX_ROUND_S), 0.1, "an A/B (baseline=, --s2st-ab-base) runs this many seconds of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy machine then takes its share of a round rather than adding the same delay to both sides", metavar="S"),
+    Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)", per_case=False, metavar="REF"),
+    Setting("ab_pairs", bounded_int(MAX_PROCESSES // 2), 2, "--s2st-ab-base: pairs of worker processes (one per side each), their rounds interleaved: each process's own memory layout averages out over the pairs", per_case=False, metavar="N"),
     Setting("compare_fail", compare_limits, None, "fail when a metric regresses past a limit: an in-process A/B (s2st_benchmark(..., baseline=)) fails its test, a row compared with --benchmark-compare fails the session; e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
     Setting("processes", bounded_int(MAX_PROCESSES), None, "time every benchmark in N fresh processes (xdist workers, --dist each, one benchmark timed at a time) and save or compare them as one side of N runs, as s2st-merge --repeats folds them: N >= 3 gives a between-run verdict (default: one process)", per_case=False, metavar="N"),

@@ -257,3 +257,26 @@ def compare_pairs(baseline: Sequence[float], candidate: Sequence[float]) -> Chan
         return Change(ratio, word=TOO_FEW, pairs=n)
     low, high = float(np.exp(logs[bounds[0]])), float(np.exp(logs[bounds[1]]))
     return Change(ratio, low, high, _word(ratio, low, high), pairs=n)
+
+
+def compare_pair_sets(sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Change:
+    """Several worker pairs, each with its rounds paired (baseline, candidate) as in ``compare_pairs``: the median
+    of every pair's log-ratios pooled, its 95 % order-statistic interval, widened to hold each worker pair's own
+    median -- a process's layout biases every round of its pair alike, which the pooled interval cannot see, so
+    pairs that disagree widen the interval to their spread (an A/A whose two pairs read x0.98 and x1.03 is not
+    called faster or slower)."""
+    pooled_old: list[float] = []
+    pooled_new: list[float] = []
+    medians = []
+    for old, new in sets:
+        pooled_old += list(old)
+        pooled_new += list(new)
+        one = compare_pairs(old, new)
+        if one.ratio is None:
+            return Change(one.ratio, word=one.word, pairs=min(_count(old), _count(new)))
+        medians.append(one.ratio)
+    change = compare_pairs(pooled_old, pooled_new)
+    if change.low is None or len(medians) < 2:
+        return change
+    low, high = min(change.low, *medians), max(change.high, *medians)
+    return Change(change.ratio, low, high, _word(change.ratio, low, high), pairs=change.pairs)

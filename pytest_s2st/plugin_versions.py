@@ -1,0 +1,153 @@
+"""pytest glue of the code-version A/B (``--s2st-ab-base REF``; the core is versions/).
+
+The controller (the user's pytest run, in the head's tree) checks REF out beside it, starts the worker pairs
+over the s2st benchmarks it collected, and turns what both sides measured into each test's row and verdict: its
+own tests run no model. A worker (a pytest session the controller started, in either tree) runs those
+benchmarks as usual, except that each one's timed rounds are the ones the controller orders.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .errors import S2STError
+from .session import fail
+
+AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rounds says otherwise
+MODE = "code versions"
+
+
+def configure(config: pytest.Config, state: Any) -> None:
+    """Registers the controller (--s2st-ab-base) or the worker (started by a controller); refuses what cannot
+    go with it before any test runs."""
+    from .versions.channel import worker_spec
+
+    spec = worker_spec()
+    if spec is not None:
+        worker = VersionsWorker(config, spec)
+        state.code_versions = worker
+        config.pluginmanager.register(worker, "s2st-ab-worker")
+        return
+    ref = state.option("ab_base")
+    if ref is None or hasattr(config, "workerinput"):
+        return
+    for clash, given in (("-n", getattr(config.option, "numprocesses", None)),
+                         ("--s2st-processes", state.option("processes"))):
+        if given:
+            raise pytest.UsageError(f"--s2st-ab-base {ref}: starts its own worker processes; drop {clash}")
+    try:
+        controller = VersionsController(config, state, ref)
+    except S2STError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    state.code_versions = controller
+    config.pluginmanager.register(controller, "s2st-ab-controller")
+
+
+class VersionsController:
+    controller = True
+
+    def __init__(self, config: pytest.Config, state: Any, ref: str):
+        from .versions.worktree import Worktree
+
+        self.config, self.state, self.ref = config, state, ref
+        self.start = Path(config.invocation_params.dir)
+        self.worktree = Worktree(self.start, ref)
+        self.driver: Any = None
+        self.started = time.monotonic()
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from .versions.driver import Driver, worker_args
+
+        items = [item.nodeid for item in session.items if "s2st_benchmark" in getattr(item, "fixturenames", ())]
+        if not items:
+            return
+        args = list(self.config.invocation_params.args)
+        base_cwd = self.worktree.mapped(self.start)
+        trees = {"head": (self.start, worker_args(args, self.start, self.start)),
+                 "base": (base_cwd, worker_args(args, self.start, base_cwd))}
+        roots = {"head": self.worktree.repository, "base": self.worktree.path}
+        pythonpath = {side: [root / "src", root] if (root / "src").is_dir() else [root] for side, root in roots.items()}
+        rounds = self.state.option("min_rounds") or AB_VERSION_ROUNDS
+        self.driver = Driver(trees, items, self.worktree.parent / "logs", self.state.option("ab_pairs"), rounds,
+                             self.state.option("ab_round_s"), pythonpath)
+
+    def compare(self, item: pytest.Item) -> Any:
+        """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change."""
+        from .runner import Measurement
+        from .significance import compare_pair_sets
+
+        if self.driver is None:
+            fail(f"--s2st-ab-base {self.ref}: no worker runs {item.nodeid}")
+        compared = self.driver.compare(item.nodeid)
+        ab = {"mode": MODE, "base": self.ref, "base_sha": self.worktree.sha, "head_sha": self.worktree.head_sha,
+              "worker_pairs": len(compared.sets), "calls_per_round": compared.calls,
+              "round_target_s": self.state.option("ab_round_s"), "rounds_s": [list(s) for s in compared.sets],
+              "method": "median of paired head/base round ratios, base and head in warm worker processes (each "
+                        "importing its own tree) taking turns round by round, ABBA, worker pairs interleaved; 95% "
+                        "order-statistic interval of the median, widened to hold each worker pair's own median"}
+        if compared.missing is not None:
+            measurement = Measurement(item.name, "?")
+            measurement.baseline = Measurement(f"{item.name} baseline", "?")
+            ab.update(ratio=None, low=None, high=None, word=f"no verdict: {compared.missing}", pairs=0,
+                      missing=compared.missing)
+        else:
+            measurement = Measurement.from_dict(compared.head[0])
+            measurement.baseline = Measurement.from_dict(compared.base[0])
+            change = compare_pair_sets(compared.sets)
+            ab.update(ratio=change.ratio, low=change.low, high=change.high, word=change.word, pairs=change.pairs)
+        measurement.info["ab"] = ab
+        return measurement
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.close()
+
+    def close(self) -> None:
+        driver, self.driver = self.driver, None
+        try:
+            if driver is not None:
+                driver.close()
+        finally:
+            self.worktree.close()
+
+
+class VersionsWorker:
+    controller = False
+
+    def __init__(self, config: pytest.Config, spec: dict):
+        from .versions.worker import Worker
+
+        try:
+            self.worker = Worker(spec)
+        except Exception as exc:  # noqa: BLE001 -- the controller sees this process exit before it connected
+            raise pytest.UsageError(f"s2st code-version worker: cannot reach the controller ({exc})") from None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        wanted = self.worker.items()
+        kept = [item for item in items if item.nodeid in wanted]
+        dropped = [item for item in items if item.nodeid not in wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+
+    def serve(self, item: pytest.Item, rounds: Any) -> None:
+        from .versions.worker import Skipped
+
+        try:
+            self.worker.serve(item.nodeid, rounds)
+        except Skipped:
+            pytest.skip("the controller does not compare this benchmark")
+
+    def measured(self, item: pytest.Item, measurement: dict) -> None:
+        self.worker.measured(item.nodeid, measurement)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            lines = [line for line in str(report.longreprtext).splitlines() if line.strip()]
+            self.worker.failed(report.nodeid, f"{report.when} failed: {lines[-1].strip() if lines else '?'}")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.worker.close()

@@ -1,0 +1,343 @@
+"""The controller of a code-version A/B: worker pairs (one process per side, each a pytest session in its own tree)
+run every compared benchmark's untimed passes on their own; at its timing pass each waits. When every worker has
+arrived at a benchmark, the controller sizes the rounds (both sides the same calls, about ``round_s`` on the slower
+side) and orders them one at a time -- base and head of each pair taking turns, ABBA, the pairs interleaved and
+their first side alternated -- so exactly one process times while all others sleep, and a drift of the machine
+falls on both sides alike. Several pairs of fresh processes average out each process's own layout.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import channel
+
+CONNECT_S = 600.0    # a worker's start (imports, collection) until it says hello
+ARRIVE_S = 4 * 3600.0  # a worker's untimed passes until it arrives at the next timing pass
+MEASURED_S = 3600.0  # after its last round until its measurement arrives
+ROUND_SLACK_S = 60.0  # a round's answer may take 50x its calibrated time plus this
+LOG_TAIL = 5         # lines of a dead worker's log in its reason
+SIDES = ("base", "head")
+
+# options the workers must not get: the controller's own, and those that write or judge a session's results
+# (each worker's results come back to the controller); (flag, takes a value)
+DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--benchmark-json", True),
+           ("--benchmark-save", True), ("--benchmark-autosave", False), ("--junitxml", True), ("--junit-xml", True),
+           ("--report-log", True), ("--s2st-plot", True), ("-n", True), ("--numprocesses", True), ("--dist", True),
+           ("--s2st-processes", True), ("--s2st-compare-fail", True), ("--benchmark-compare-fail", True),
+           ("--s2st-strict", False), ("--benchmark-compare", False))
+
+
+def worker_args(args: Sequence[str], head_cwd: Path, side_cwd: Path) -> list[str]:
+    """The controller's command line for one side: DROPPED options removed; a relative path that exists for the
+    head but not in the side's tree (an untracked file: a staged model, a config written by the job) made
+    absolute, so both sides read the same one."""
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        hit = next(((flag, value) for flag, value in DROPPED if name == flag
+                    or flag == "-n" and arg.startswith("-n") and arg[2:].isdigit()), None)
+        if hit is not None:
+            skip = hit[1] and "=" not in arg and not (hit[0] == "-n" and arg[2:].isdigit())
+            continue
+        out.append(_same_file(arg, head_cwd, side_cwd))
+    return out
+
+
+def _same_file(arg: str, head_cwd: Path, side_cwd: Path) -> str:
+    prefix, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    target = value if sep or not arg.startswith("-") else ""
+    path = target.split("::", 1)[0]
+    if not path or Path(path).is_absolute() or len(path) > 4096 or "\x00" in path:
+        return arg
+    try:
+        if (side_cwd / path).exists() or not (head_cwd / path).exists():
+            return arg
+    except OSError:
+        return arg
+    absolute = str((head_cwd / target).absolute())
+    return f"{prefix}={absolute}" if sep else absolute
+
+
+@dataclass(eq=False)  # one object per process: hashed by identity
+class WorkerProcess:
+    side: str
+    pair: int
+    process: subprocess.Popen
+    log: Path
+    conn: Any = None
+    parked: str | None = None         # the benchmark it waits at
+    samples: int | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, dict] = field(default_factory=dict)
+    gone: str | None = None           # why it can take no more orders
+
+    @property
+    def name(self) -> str:
+        return f"{self.side} worker {self.pair + 1}"
+
+    def die(self, why: str) -> None:
+        if self.gone is None:
+            self.gone = f"{self.name} {why}{self.log_tail()}"
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+    def log_tail(self) -> str:
+        try:
+            lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        return f" (log {self.log}: {' | '.join(lines[-LOG_TAIL:])})" if lines else f" (log {self.log}: empty)"
+
+
+@dataclass
+class Compared:
+    """What the workers of both sides gave one benchmark."""
+
+    nodeid: str
+    base: list[dict] = field(default_factory=list)   # each pair's measurement dict, when it arrived
+    head: list[dict] = field(default_factory=list)
+    sets: list[tuple[list[float], list[float]]] = field(default_factory=list)  # per pair: (base, head) rounds
+    calls: int | None = None
+    missing: str | None = None  # why there is no verdict (a side never reached its timing, died, refused)
+
+
+class Driver:
+    """``pairs`` worker pairs over ``trees`` ({"base": (cwd, args), "head": (cwd, args)}), logs in ``log_dir``."""
+
+    def __init__(self, trees: dict[str, tuple[Path, list[str]]], items: Sequence[str], log_dir: Path, pairs: int,
+                 rounds: int, round_s: float, pythonpath: dict[str, list[Path]]):
+        self.order = {nodeid: i for i, nodeid in enumerate(items)}
+        self.rounds, self.round_s = rounds, round_s
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        items_file = log_dir / "items.txt"
+        items_file.write_text("".join(f"{nodeid}\n" for nodeid in items), encoding="utf-8")
+        self.listener, key = channel.listener()
+        self.workers: list[WorkerProcess] = []
+        for pair in range(pairs):
+            for side in SIDES:
+                cwd, args = trees[side]
+                spec = {"address": list(self.listener.address), "key": key.hex(), "side": side, "pair": pair,
+                        "items": str(items_file)}
+                env = {**os.environ, channel.ENV: json.dumps(spec)}
+                env["PYTHONPATH"] = os.pathsep.join([str(p) for p in pythonpath[side]]
+                                                    + [p for p in [os.environ.get("PYTHONPATH")] if p])
+                log = log_dir / f"{side}-{pair + 1}.log"
+                with open(log, "wb") as out:
+                    process = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
+                                               stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.workers.append(WorkerProcess(side, pair, process, log))
+        self._accepting = threading.Thread(target=self._accept, name="s2st-ab-accept", daemon=True)
+        self._accepting.start()
+
+    # ------------------------------------------------------------------ connections and messages
+
+    def _accept(self) -> None:
+        wanted = {(w.side, w.pair): w for w in self.workers}
+        while any(w.conn is None for w in wanted.values()):
+            try:
+                conn = self.listener.accept()
+                hello = channel.receive(conn, 30.0)
+            except Exception:  # noqa: BLE001 -- a failed handshake (wrong key) or the listener closed
+                if self.listener is None:
+                    return
+                continue
+            worker = wanted.get(((hello or {}).get("side"), (hello or {}).get("pair")))
+            if worker is None or worker.conn is not None:
+                conn.close()
+                continue
+            worker.conn = conn
+
+    def _connected(self, w: WorkerProcess) -> bool:
+        deadline = time.monotonic() + CONNECT_S
+        while w.conn is None and w.gone is None:
+            if w.process.poll() is not None:
+                w.die(f"exited ({w.process.returncode}) before it connected: it failed at start, or the "
+                      "pytest-s2st it imports has no code-version worker")
+            elif time.monotonic() > deadline:
+                w.die(f"did not connect within {CONNECT_S:g} s")
+            else:
+                time.sleep(0.05)
+        return w.gone is None
+
+    def _receive(self, w: WorkerProcess, timeout: float, what: str) -> dict | None:
+        """The worker's next message (its bookkeeping done); None when it is gone."""
+        deadline = time.monotonic() + timeout
+        while w.gone is None:
+            try:
+                message = channel.receive(w.conn, 0.5)
+            except channel.ChannelClosed as exc:
+                w.process.poll()
+                w.die(f"went away while {what} ({exc}; exit code {w.process.returncode})")
+                return None
+            if message is None:
+                if w.process.poll() is not None:
+                    w.die(f"exited ({w.process.returncode}) while {what}")
+                elif time.monotonic() > deadline:
+                    w.die(f"sent nothing for {timeout:g} s while {what}")
+                continue
+            op = message.get("op")
+            if op == "failed":
+                w.failed[str(message.get("nodeid"))] = str(message.get("why"))
+            elif op == "measured":
+                w.measured[str(message.get("nodeid"))] = message.get("measurement") or {}
+            elif op == "ready":
+                w.parked, w.samples = str(message.get("nodeid")), message.get("samples")
+            elif op == "bye":
+                w.gone = f"{w.name} finished its session before this benchmark"
+            return message
+        return None
+
+    def _order(self, w: WorkerProcess, message: dict, timeout: float, what: str) -> dict | None:
+        try:
+            channel.send(w.conn, message)
+        except channel.ChannelClosed as exc:
+            w.die(f"went away ({exc})")
+            return None
+        return self._receive(w, timeout, what)
+
+    def _arrive(self, w: WorkerProcess, nodeid: str) -> bool:
+        """Whether ``w`` waits at ``nodeid``'s timing pass; it is released from any benchmark before it."""
+        if not self._connected(w):
+            return False
+        here = self.order.get(nodeid, -1)
+        while w.gone is None:
+            if w.parked == nodeid:
+                return True
+            if w.parked is not None:
+                if self.order.get(w.parked, -1) >= here:
+                    return False  # waits at a later one: this benchmark ended before its timing there
+                try:
+                    channel.send(w.conn, {"op": "skip"})
+                except channel.ChannelClosed:
+                    pass
+                w.parked = None
+                continue
+            if nodeid in w.failed:
+                return False
+            self._receive(w, ARRIVE_S, f"running the untimed passes before {nodeid}")
+        return False
+
+    # ------------------------------------------------------------------ one benchmark
+
+    def compare(self, nodeid: str) -> Compared:
+        result = Compared(nodeid)
+        present = {w: self._arrive(w, nodeid) for w in self.workers}
+        pairs = []
+        for pair in sorted({w.pair for w in self.workers}):
+            base, head = (next(w for w in self.workers if w.pair == pair and w.side == s) for s in SIDES)
+            if present[base] and present[head]:
+                pairs.append((base, head))
+        if not pairs:
+            result.missing = self._why_missing(nodeid, present)
+            for w, here in present.items():
+                if here:
+                    self._skip(w)
+            return result
+        samples = {w.samples for pair in pairs for w in pair}
+        if len(samples) != 1:
+            result.missing = (f"the sides ran different numbers of samples ({', '.join(f'{w.name}: {w.samples}' for pair in pairs for w in pair)}): "
+                              "not the same work")
+            for w in (w for pair in pairs for w in pair):
+                self._skip(w)
+            return result
+        per_call = 0.0
+        for w in (w for pair in pairs for w in pair):
+            answer = self._order(w, {"op": "calibrate", "budget_s": self.round_s / 2}, ARRIVE_S, "calibrating")
+            per_call = max(per_call, float((answer or {}).get("s") or 0.0))
+        from ..runner import calls_per_round
+
+        calls = result.calls = calls_per_round(per_call, self.round_s, samples.pop())
+        patience = ROUND_SLACK_S + 50 * per_call * calls
+        times: dict[WorkerProcess, list[float]] = {w: [] for pair in pairs for w in pair}
+        for i in range(self.rounds):
+            for j, (base, head) in enumerate(pairs):
+                for w in ((base, head) if (i + j) % 2 == 0 else (head, base)):
+                    answer = self._order(w, {"op": "round", "calls": calls}, patience, "timing a round")
+                    if answer is None or answer.get("op") != "round":
+                        result.missing = w.gone or f"{w.name} answered {answer!r} to a round"
+                        self._release(times)
+                        return result
+                    times[w].append(float(answer["s"]))
+        for w in times:
+            self._done(w)
+        for base, head in pairs:
+            for w, into in ((base, result.base), (head, result.head)):
+                while nodeid not in w.measured and w.gone is None and nodeid not in w.failed:
+                    self._receive(w, MEASURED_S, "finishing its measurement")
+                if nodeid in w.measured:
+                    into.append(w.measured[nodeid])
+            result.sets.append((times[base], times[head]))
+        if not result.base or not result.head:
+            result.missing = "; ".join(f"{w.name}: {w.failed.get(nodeid) or w.gone or 'no measurement'}"
+                                       for pair in pairs for w in pair if nodeid not in w.measured)
+        return result
+
+    def _skip(self, w: WorkerProcess) -> None:
+        try:
+            channel.send(w.conn, {"op": "skip"})
+        except channel.ChannelClosed:
+            w.die("went away")
+        w.parked = None
+
+    def _done(self, w: WorkerProcess) -> None:
+        try:
+            channel.send(w.conn, {"op": "done"})
+        except channel.ChannelClosed:
+            w.die("went away")
+        w.parked = None
+
+    def _release(self, times: dict) -> None:
+        for w in times:
+            if w.gone is None:
+                self._done(w)
+
+    def _why_missing(self, nodeid: str, present: dict[WorkerProcess, bool]) -> str:
+        reasons = []
+        for side in SIDES:
+            absent = [w for w, here in present.items() if w.side == side and not here]
+            if not absent:
+                continue
+            w = absent[0]
+            if nodeid in w.failed:
+                reasons.append(f"{side}: {w.failed[nodeid]}")
+            elif w.gone is not None:
+                reasons.append(w.gone)
+            else:
+                reasons.append(f"{side}: no such benchmark there (or it ended before its timing pass)")
+        return "; ".join(reasons) or "no worker pair had both sides"
+
+    # ------------------------------------------------------------------ the end
+
+    def close(self) -> None:
+        """Every worker told to finish (it runs out its remaining tests untimed), then ended; the listener closed."""
+        for w in self.workers:
+            if w.gone is None and w.conn is not None and w.parked is not None:
+                self._skip(w)
+        deadline = time.monotonic() + 60
+        for w in self.workers:
+            if w.conn is not None:
+                try:
+                    w.conn.close()
+                except OSError:
+                    pass
+            try:
+                w.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.process.kill()
+                w.process.wait(timeout=30)
+        listener, self.listener = self.listener, None
+        listener.close()
