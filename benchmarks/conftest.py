@@ -27,7 +27,7 @@ MODES = ("enforce", "report")
 OPT_IN = {  # marker -> the benchmark modules it marks
     "selfbench": {"test_loadgen_overhead", "test_measurement_cost", "test_plugin_import", "test_vs_upstream",
                   "test_client_memory", "test_transport"},  # the tool itself, not a model
-    "power": {"test_compare_power", "test_ab_power"},  # ~25 + ~10 min: the compare's false-alarm and detection rates
+    "power": {"test_compare_power", "test_ab_power", "test_versions_power"},  # ~25 + ~10 min: the compare's false-alarm and detection rates
     "fullsize": {"test_full_size", "test_full_size_stream"},  # GB models, minutes per sample
 }
 DESCRIPTIONS = {

@@ -71,7 +71,8 @@ class VersionsController:
         roots = {"head": self.worktree.repository, "base": self.worktree.path}
         pythonpath = {side: [root / "src", root] if (root / "src").is_dir() else [root] for side, root in roots.items()}
         rounds = self.state.option("min_rounds") or AB_VERSION_ROUNDS
-        self.driver = Driver(trees, items, self.worktree.parent / "logs", self.state.option("ab_pairs"), rounds,
+        logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
+        self.driver = Driver(trees, items, logs, self.state.option("ab_pairs"), rounds,
                              self.state.option("ab_round_s"), pythonpath)
 
     def compare(self, item: pytest.Item) -> Any:
@@ -91,7 +92,7 @@ class VersionsController:
         if compared.missing is not None:
             measurement = Measurement(item.name, "?")
             measurement.baseline = Measurement(f"{item.name} baseline", "?")
-            ab.update(ratio=None, low=None, high=None, word=f"no verdict: {compared.missing}", pairs=0,
+            ab.update(ratio=None, low=None, high=None, word="no verdict (a side is missing)", pairs=0,
                       missing=compared.missing)
         else:
             measurement = Measurement.from_dict(compared.head[0])

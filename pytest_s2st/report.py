@@ -686,6 +686,35 @@ def ab_mode(s2st: Mapping[str, Any]) -> tuple[str, str]:
     return "A/B in one process (baseline -> candidate)", AB_LEGEND
 
 
+def markdown_ab(records: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[str]:
+    """The A/B rows as GitHub-flavoured markdown (a job summary, a pull-request comment): one table per mode,
+    each benchmark's runtimes, the paired ratio with its interval and word, the test's verdict, and every other
+    measured metric's change; ``records``: (name, measurement dict, verdict)."""
+    out: list[str] = []
+    modes: dict[tuple[str, str], list] = {}
+    for name, s2st, status in records:
+        if ab_change(s2st) is not None:
+            modes.setdefault(ab_mode(s2st), []).append((name, s2st, status))
+    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    for (title, legend), rows in modes.items():
+        others = [(key, t) for key, t in COLUMNS[1:] if key not in ("rss_rise_mib", "peak_rss_mib")
+                  and any(_value(_mapping(s.get("metrics")), key) is not None for _, s, _ in rows)]
+        out += [f"### s2st: {title}", "", "| benchmark | baseline | candidate | ratio [95% CI] | verdict | test | "
+                + " | ".join(t for _, t in others) + (" |" if others else ""),
+                "|" + "---|" * (6 + len(others))]
+        for name, s2st, status in rows:
+            change = ab_change(s2st)
+            old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
+            ratio = "n/a" if change.ratio is None else f"x{change.ratio:.3f}" + (
+                f" [{change.low:.3f}, {change.high:.3f}]" if change.low is not None else "")
+            verdict = f"**{status}**" if status == "FAIL" else status
+            cells = [name, fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s")),
+                     ratio, change.word, verdict] + [pct_change(_value(old, k), _value(new, k), k) for k, _ in others]
+            out.append("| " + " | ".join(cell(c) for c in cells) + " |")
+        out += ["", legend, ""]
+    return out
+
+
 def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[list[str], list[str]]:
     """(crossed, unchecked) --s2st-compare-fail limits of one A/B benchmark, candidate against its baseline. The
     runtime limit is crossed when the paired ratio is past it and the paired interval says slower; a limit

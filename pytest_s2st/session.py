@@ -354,9 +354,30 @@ class S2STSession:
 
             self.regressions = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
                                 "so no limit was checked"]
+        self._write_summary()
         failing = bool(self.regressions) or bool(self.inconclusive and self.option("strict"))
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_summary(self) -> None:
+        """The A/B tables as markdown: into --s2st-summary FILE, and appended to $GITHUB_STEP_SUMMARY (GitHub
+        Actions shows it on the job's page) when that is set."""
+        from .report import markdown_ab
+
+        lines = markdown_ab([(name, measurement, status) for name, _, measurement, status in self.records()])
+        if not lines:
+            return
+        text = "\n".join(lines) + "\n"
+        targets = [(self.option("summary"), "w"), (os.environ.get("GITHUB_STEP_SUMMARY"), "a")]
+        for path, mode in targets:
+            if not path:
+                continue
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                with open(path, mode, encoding="utf-8") as handle:
+                    handle.write(text)
+            except OSError as exc:
+                self.regressions.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
 
     def display(self, tr: Any) -> None:
         """The s2st sections of the terminal summary."""

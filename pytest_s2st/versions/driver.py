@@ -82,6 +82,7 @@ class WorkerProcess:
     failed: dict[str, str] = field(default_factory=dict)
     measured: dict[str, dict] = field(default_factory=dict)
     gone: str | None = None           # why it can take no more orders
+    finished: bool = False            # its session ended as sessions end (it said bye)
 
     @property
     def name(self) -> str:
@@ -197,7 +198,8 @@ class Driver:
             elif op == "ready":
                 w.parked, w.samples = str(message.get("nodeid")), message.get("samples")
             elif op == "bye":
-                w.gone = f"{w.name} finished its session before this benchmark"
+                w.finished = True
+                w.gone = f"{w.side}: no such benchmark there (its session ended without reaching it)"
             return message
         return None
 

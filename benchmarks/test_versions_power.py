@@ -1,0 +1,240 @@
+"""The power of the two runtime A/Bs at a known load, through pytest as users run them:
+
+- code versions: a git repository whose base runs FORWARDS forwards a call and whose head branches run more
+  (A/A, +5 %, +10 %, x2 work); each trial is ``pytest --s2st-ab-base base --s2st-compare-fail=runtime_s:5%`` on a
+  head, the changes interleaved trial by trial;
+- in one process: one pytest session of TRIALS tests per change, ``s2st_benchmark(head, inputs, baseline=base)``.
+
+The model is a user-style torch model: ``TransformerEncoderLayer(64, 4, 256)`` on (1, 32, 64), FORWARDS
+forwards a call (3-10 ms), one thread. The load is BUSY busy-loop processes beside (1: load ~3; 6: load ~8 with
+the benchmark's own processes); /proc/loadavg is read at every trial. The true ratio of each change is measured
+in the same window, before and after the trials, in one process with rounds of TRUE_ROUND_S alternating ABBA.
+
+    S2ST_POWER_TRIALS=20 .venv/bin/python -m pytest benchmarks/test_versions_power.py -m power -s
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TRIALS = int(os.environ.get("S2ST_POWER_TRIALS", "20"))
+FORWARDS = 20
+CHANGES = {"aa": FORWARDS, "plus5": FORWARDS + 1, "plus10": FORWARDS + 2, "x2": 2 * FORWARDS}
+LOADS = {"load3": 1, "load8": 6}  # busy loops beside the benchmark
+ONLY = [c for c in os.environ.get("S2ST_POWER_CHANGES", "").split(",") if c]  # a subset of CHANGES
+TRUE_ROUND_S, TRUE_PAIRS = 1.0, 8
+ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+HOG = "while True:\n    pass\n"
+
+MODEL_PY = '''
+import torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+LAYER = torch.nn.TransformerEncoderLayer(64, 4, 256, batch_first=True).eval()
+FORWARDS = {forwards}
+INPUTS = [torch.randn(1, 32, 64) for _ in range(4)]
+
+
+def make(forwards):
+    @torch.inference_mode()
+    def model(x):
+        for _ in range(forwards):
+            x = LAYER(x)
+        return x
+    return model
+
+
+model = make(FORWARDS)
+'''
+
+BENCH_PY = '''
+from model import INPUTS, model
+
+
+def test_model(s2st_benchmark):
+    s2st_benchmark(model, INPUTS)
+'''
+
+IN_PROCESS_PY = '''
+import pytest
+from model import INPUTS, make
+
+CHANGES = {changes!r}
+
+
+@pytest.mark.parametrize("trial", range({trials}))
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_ab(s2st_benchmark, change, trial):
+    s2st_benchmark(make(CHANGES[change]), INPUTS, baseline=make({forwards}))
+'''
+
+TRUE_PY = '''
+import json, math, sys, time
+from model import INPUTS, make
+
+changes, round_s, pairs = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+base = make({forwards})
+
+
+def timed(model, calls):
+    start = time.perf_counter()
+    for i in range(calls):
+        model(INPUTS[i % len(INPUTS)])
+    return time.perf_counter() - start
+
+
+for f in (base,):
+    timed(f, 20)
+per_call = timed(base, 20) / 20
+out = {{}}
+for name, forwards in changes.items():
+    head = make(forwards)
+    calls = max(4, math.ceil(round_s / per_call / forwards * {forwards}))
+    logs = []
+    for p in range(pairs):
+        order = (base, head) if p % 2 == 0 else (head, base)
+        t = {{id(f): timed(f, calls) for f in order}}
+        logs.append(math.log(t[id(head)] / t[id(base)]))
+    logs.sort()
+    out[name] = math.exp((logs[(pairs - 1) // 2] + logs[pairs // 2]) / 2)
+print(json.dumps(out))
+'''
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
+    env.update(ENV, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return env
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=root, env=_env(), check=True, capture_output=True)
+
+
+def version_repo(root: Path, changes: dict[str, int]) -> Path:
+    """Branch ``base`` (FORWARDS forwards a call) and one branch per change, each one commit on top of base."""
+    root.mkdir(parents=True)
+    (root / "model.py").write_text(MODEL_PY.format(forwards=FORWARDS))
+    (root / "test_bench.py").write_text(BENCH_PY)
+    _git(root, "init", "-q", "-b", "base")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    for name, forwards in changes.items():
+        _git(root, "checkout", "-q", "-b", name, "base")
+        (root / "model.py").write_text(MODEL_PY.format(forwards=forwards))
+        _git(root, "commit", "-qam", name, "--allow-empty")
+    return root
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _hogs(n: int) -> list:
+    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def true_ratios(root: Path, changes: dict[str, int]) -> dict[str, float]:
+    (root / "true_ratio.py").write_text(TRUE_PY.format(forwards=FORWARDS))
+    done = subprocess.run([sys.executable, "true_ratio.py", json.dumps(changes), str(TRUE_ROUND_S), str(TRUE_PAIRS)],
+                          cwd=root, env=_env(), capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args], cwd=cwd,
+                          env=_env(), capture_output=True, text=True, timeout=3600)
+
+
+def code_versions(root: Path, changes: dict[str, int]) -> dict:
+    out = {c: {"slower": 0, "faster": 0, "fail": 0, "ratios": [], "wall_s": [], "load": []} for c in changes}
+    for trial in range(TRIALS):
+        for name in changes:
+            _git(root, "checkout", "-q", name)
+            start = time.perf_counter()
+            done = _pytest(root, "test_bench.py", "--s2st-ab-base", "base", "--s2st-compare-fail=runtime_s:5%")
+            out[name]["wall_s"].append(time.perf_counter() - start)
+            out[name]["load"].append(_load())
+            assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+            row = _ab_row(done)
+            out[name]["ratios"].append(row["ratio"])
+            out[name]["slower"] += row["word"] == "slower"
+            out[name]["faster"] += row["word"] == "faster"
+            out[name]["fail"] += done.returncode == 1
+    return out
+
+
+def _ab_row(done: subprocess.CompletedProcess) -> dict:
+    """The A/B's ratio and word, read from the run's own table (the stacked 'change' row)."""
+    for line in done.stdout.splitlines():
+        if line.strip().startswith("change ") and " x" in line:
+            cells = line.split()
+            ratio = float(cells[1].lstrip("x"))
+            word = "slower" if "slower" in line else "faster" if "faster" in line else "same"
+            return {"ratio": ratio, "word": word}
+    raise AssertionError(done.stdout[-3000:])
+
+
+def in_process(root: Path, changes: dict[str, int]) -> dict:
+    (root / "test_in_process.py").write_text(IN_PROCESS_PY.format(changes=changes, trials=TRIALS, forwards=FORWARDS))
+    start, load = time.perf_counter(), _load()
+    done = _pytest(root, "test_in_process.py", "--s2st-compare-fail=runtime_s:5%", "--benchmark-json=inproc.json",
+                   "--s2st-flops=off", "--s2st-tensor-memory=off")
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    out = {c: {"slower": 0, "faster": 0, "fail": 0, "ratios": []} for c in changes}
+    for bench in json.loads((root / "inproc.json").read_text())["benchmarks"]:
+        s2st, change = bench["extra_info"]["s2st"], bench["params"]["change"]
+        out[change]["ratios"].append(s2st["ab"]["ratio"])
+        out[change]["slower"] += s2st["ab"]["word"] == "slower"
+        out[change]["faster"] += s2st["ab"]["word"] == "faster"
+        out[change]["fail"] += s2st.get("verdict", {}).get("status") == "FAIL"
+        out[change]["pairs"] = s2st["ab"]["pairs"]
+    out["wall_s"], out["load"] = time.perf_counter() - start, [load, _load()]
+    return out
+
+
+def _lines(title: str, result: dict, truth: dict) -> list[str]:
+    lines = [title, f"{'change':<8}{'true':>7}{'slower':>8}{'faster':>8}{'FAIL 5%':>9}  ratio min-median-max"]
+    for name, r in result.items():
+        if not isinstance(r, dict) or "ratios" not in r:
+            continue
+        x = sorted(r["ratios"])
+        lines.append(f"{name:<8}{truth.get(name, math.nan):>7.3f}{r['slower']:>8}{r['faster']:>8}{r['fail']:>9}  "
+                     f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}")
+    return lines
+
+
+@pytest.mark.parametrize("mode", ["versions", "in_process"])
+@pytest.mark.parametrize("load", list(LOADS))
+def test_ab_power_at_load(tmp_path, benchmark, load, mode):
+    changes = {c: f for c, f in CHANGES.items() if not ONLY or c in ONLY}
+    root = version_repo(tmp_path / "project", changes)
+    hogs = _hogs(LOADS[load])
+    try:
+        time.sleep(3)
+        before = true_ratios(root, changes)
+        result = (code_versions if mode == "versions" else in_process)(root, changes)
+        after = true_ratios(root, changes)
+    finally:
+        _stop(hogs)
+    truth = {c: math.sqrt(before[c] * after[c]) for c in changes}
+    loads = [v for r in result.values() if isinstance(r, dict) for v in r.get("load", [])] or result.get("load", [])
+    lines = _lines(f"{mode} at {load} ({LOADS[load]} busy loops; load median {sorted(loads)[len(loads) // 2]:.1f}), "
+                   f"{TRIALS} trials a change; true ratios before {before}, after {after}", result, truth)
+    print("\n" + "\n".join(lines))
+    benchmark.extra_info.update(mode=mode, load=load, result=result, truth_before=before, truth_after=after)
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -1,0 +1,238 @@
+"""The code-version A/B (--s2st-ab-base REF) and the calibrated A/B rounds: the statistics and the round sizing on
+hand-made numbers, the worker command line, the worktree's life, then real pytest sessions on real git
+repositories, as a user runs them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_s2st.errors import S2STError
+from pytest_s2st.measure.device import resolve_device
+from pytest_s2st.runner import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
+from pytest_s2st.significance import FASTER, SAME, SLOWER, compare_pair_sets, compare_pairs
+from pytest_s2st.versions.driver import worker_args
+from pytest_s2st.versions.worktree import Worktree
+
+
+def test_pairs_that_agree_keep_the_pooled_interval():
+    base = [1.0] * 20
+    one = [1.10 + 0.001 * i for i in range(20)]
+    two = [1.1005 + 0.001 * i for i in range(20)]
+    change = compare_pair_sets([(base, one), (base, two)])
+    pooled = compare_pairs(base + base, one + two)
+    assert (change.ratio, change.low, change.high) == (pooled.ratio, pooled.low, pooled.high)
+    assert change.word == SLOWER and change.pairs == 40
+
+
+def test_pairs_that_disagree_widen_the_interval_to_their_medians():
+    """Two worker pairs, each tight, one x0.97 and one x1.04 (each process's layout): pooled, the interval would
+    exclude 1; widened to hold both pairs' medians, no word."""
+    base = [1.0] * 20
+    low = [0.97 + 0.0001 * i for i in range(20)]
+    high = [1.04 + 0.0001 * i for i in range(20)]
+    assert compare_pairs(base + base, low + high).low > 0.97  # the pooled interval alone
+    change = compare_pair_sets([(base, low), (base, high)])
+    assert change.low <= compare_pairs(base, low).ratio and change.high >= compare_pairs(base, high).ratio
+    assert change.word == SAME
+    assert compare_pair_sets([(base, [r / 2 for r in low]), (base, [r / 2 for r in high])]).word == FASTER
+    assert compare_pair_sets([(base, low[:-1] + [float("nan")])]).ratio is None  # missing evidence, no ratio
+
+
+@pytest.mark.parametrize("per_call, samples, calls", [
+    (0.001, 4, 100),          # 0.1 s of 1 ms calls: 25 passes over 4 samples
+    (0.001, 3, 102),          # past the dataset: whole passes (100 -> 102)
+    (0.03, 4, 4),             # ceil(0.1 / 0.03) = 4
+    (0.03, 50, 4),            # fewer calls than samples: the rounds walk the dataset
+    (1.0, 4, 1),              # a call longer than the target: one a round
+    (0.0, 4, MAX_CALLS_PER_ROUND),  # too fast for the clock
+    (float("nan"), 4, MAX_CALLS_PER_ROUND),
+])
+def test_calls_per_round(per_call, samples, calls):
+    assert calls_per_round(per_call, 0.1, samples) == calls
+
+
+class _Stage:
+    def __init__(self, log):
+        self.name, self.log = "s", log
+
+    def forward(self, x):
+        self.log.append(x)
+
+
+def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means():
+    log: list = []
+    clock = iter(range(1000))
+    rounds = TimedRounds([_Stage(log)], [[0, 1, 2, 3, 4]], resolve_device("cpu"), 1, timer=lambda: next(clock),
+                         policy=RoundPolicy(2))
+    rounds.calls = 3
+    rounds.run_all()
+    assert log == [0, 1, 2, 3, 4, 0]  # round 1: samples 0-2; round 2: 3, 4, then 0
+    assert rounds.round_totals == [1.0, 1.0]  # each call took one tick: the per-sample mean of the round
+
+
+def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest(tmp_path):
+    head, base = tmp_path / "head", tmp_path / "base"
+    (head / "staged").mkdir(parents=True)
+    (head / "staged" / "S2UT.yaml").write_text("{}")  # untracked: only the head has it
+    (head / "benchmarks").mkdir()
+    (base / "benchmarks").mkdir(parents=True)
+    args = ["benchmarks/", "--s2st-ab-base", "origin/main", "--s2st-ab-pairs=3", "-n", "2", "-n4",
+            "--benchmark-json", "out.json", "--junitxml=j.xml", "--s2st-compare-fail=runtime_s:5%", "-k", "model",
+            "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q"]
+    out = worker_args(args, head, base)
+    assert out == ["benchmarks/", "-k", "model", f"--s2st-config={head / 'staged' / 'S2UT.yaml'}",
+                   "--s2st-ab-round-s", "0.2", "-q"]
+    assert worker_args(args, head, head)[3] == "--s2st-config=staged/S2UT.yaml"  # the head's own: as given
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def _repo(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    return root
+
+
+def _commit(root: Path, files: dict[str, str], message: str = "head") -> None:
+    """A commit on branch pr (the pull request), off main (its base)."""
+    if "pr" not in _git(root, "branch", "--list", "pr"):
+        _git(root, "checkout", "-q", "-b", "pr")
+    for name, text in files.items():
+        (root / name).write_text(text)
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", message, "--allow-empty")
+
+
+def test_the_worktree_is_the_revision_and_goes_away(tmp_path):
+    repo = _repo(tmp_path / "repo", {"a.txt": "base\n"})
+    _commit(repo, {"a.txt": "head\n"})
+    tree = Worktree(repo / ".", "HEAD~1")
+    assert (tree.path / "a.txt").read_text() == "base\n" and tree.sha != tree.head_sha
+    assert tree.mapped(repo / "a.txt") == tree.path / "a.txt" and tree.mapped(tmp_path) == tmp_path
+    tree.close()
+    tree.close()  # once only
+    assert not tree.parent.exists() and str(tree.path) not in _git(repo, "worktree", "list")
+
+
+@pytest.mark.parametrize("ref, says", [("no-such-branch", "no such commit"), ("--exec=true", "a revision, not an option")])
+def test_a_bad_revision_is_one_line(tmp_path, ref, says):
+    repo = _repo(tmp_path / "repo", {"a.txt": "x\n"})
+    with pytest.raises(S2STError, match=says):
+        Worktree(repo, ref)
+
+
+def test_outside_a_repository_is_one_line(tmp_path):
+    with pytest.raises(S2STError, match="not inside a git repository"):
+        Worktree(tmp_path, "main")
+
+
+MODEL = '''
+import time
+
+DELAY = {delay}
+
+
+def model(x):
+    end = time.perf_counter() + DELAY
+    while time.perf_counter() < end:
+        pass
+    return x
+'''
+
+BENCH = '''
+from model import model
+
+
+def test_model(s2st_benchmark):
+    s2st_benchmark(model, [1, 2, 3, 4])
+'''
+
+
+def _run(repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["COLUMNS"] = "200"
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_usage_errors_come_before_any_test(tmp_path):
+    repo = _repo(tmp_path / "repo", {"model.py": MODEL.format(delay=0.001), "test_bench.py": BENCH})
+    done = _run(repo, "--s2st-ab-base", "nope")
+    assert done.returncode == 4 and "--s2st-ab-base 'nope': no such commit" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    done = _run(repo, "--s2st-ab-base", "main", "--s2st-ab-pairs", "0")
+    assert done.returncode == 4 and "--s2st-ab-pairs" in done.stderr
+    assert "s2st-ab-base" not in _git(repo, "worktree", "list")
+
+
+BROKEN = '''
+def broken(x):
+    raise ValueError("the base is broken")
+
+
+def test_broken(s2st_benchmark):
+    s2st_benchmark(broken, [1, 2])
+'''
+
+
+def test_a_benchmark_the_base_lacks_or_fails_is_inconclusive_and_the_worktree_goes(tmp_path):
+    repo = _repo(tmp_path / "repo", {"model.py": MODEL.format(delay=0.001), "test_bench.py": BENCH,
+                                     "test_broken.py": BROKEN})
+    _commit(repo, {"test_new.py": BENCH.replace("test_model", "test_new"),
+                   "test_broken.py": BROKEN.replace("raise ValueError(\"the base is broken\")", "return x")})
+    done = _run(repo, "--s2st-ab-base", "main", "--s2st-ab-pairs", "1", "--s2st-min-rounds", "6",
+                "--s2st-ab-round-s", "0.01", "-rA")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert "1 passed, 2 inconclusive" in out, out[-3000:]
+    assert "no A/B verdict: base: no such benchmark there" in out
+    assert "no A/B verdict: base: call failed: stage 'stage1': the model raised ValueError: the base is broken" in out
+    assert "Traceback" not in out
+    assert _git(repo, "worktree", "list").count("\n") == 1  # the head alone
+    strict = _run(repo, "--s2st-ab-base", "main", "--s2st-ab-pairs", "1", "--s2st-min-rounds", "6",
+                  "--s2st-ab-round-s", "0.01", "--s2st-strict", "test_new.py")
+    assert strict.returncode == 1, strict.stdout[-3000:]
+
+
+def test_a_measurement_comes_back_from_its_dict():
+    """What a worker sends (Measurement.to_dict) is the controller's Measurement again: stages, the case's own
+    metrics (translation quality), info, the baseline."""
+    from pytest_s2st.measure.record import Metric
+    from pytest_s2st.runner import Measurement, StageResult
+
+    m = Measurement("c", "S2UT", [StageResult("s2u", {"runtime_s": Metric(0.02, "timer", details={"rounds_s": [0.02]}),
+                                                      "flops": Metric(None, "torch", "off")}),
+                                  StageResult("vocoder", {"runtime_s": Metric(0.01, "timer")})],
+                    info={"identity": "t.py::t", "samples": 4})
+    m.quality = {"bleu": Metric(12.5, "sacrebleu")}
+    m.baseline = Measurement("c baseline", "S2UT", [StageResult("s2u", {"runtime_s": Metric(0.03, "timer")})])
+    back = Measurement.from_dict(m.to_dict())
+    assert back.to_dict() == m.to_dict()
+    assert back.metric("bleu").value == 12.5 and back.metric("flops", "s2u").reason == "off"
+    assert back.baseline.metric("runtime_s").value == 0.03
+
+
+def test_the_markdown_summary_holds_each_ab_row_and_its_verdict():
+    from pytest_s2st.report import markdown_ab
+
+    row = {"metrics": {"runtime_s": {"value": 0.002}, "flops": {"value": 200.0}},
+           "baseline": {"metrics": {"runtime_s": {"value": 0.001}, "flops": {"value": 100.0}}},
+           "ab": {"ratio": 2.0, "low": 1.9, "high": 2.1, "word": "slower", "pairs": 40, "mode": "code versions",
+                  "base": "origin/main"}}
+    lines = markdown_ab([("test_a|b", row, "FAIL"), ("plain", {"metrics": {}}, "")])
+    assert lines[0] == "### s2st: A/B of code versions (base origin/main -> head)"
+    body = [line for line in lines if line.startswith("| test_a")]
+    assert body == ["| test_a\\|b | 1.000 ms | 2.000 ms | x2.000 [1.900, 2.100] | slower | **FAIL** | +100.0% |"]
+    assert markdown_ab([("plain", {"metrics": {}}, "")]) == []
