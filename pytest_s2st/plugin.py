@@ -277,6 +277,10 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     from .measure.memory import current_rss_mib
     from .pipelines.base import build_pipeline
 
+    versions = session_of(request.config).code_versions
+    if versions is not None and versions.controller:  # --s2st-ab-base: the workers build it, each in its tree
+        yield None
+        return
     # the case's start: its RSS rise (rss_rise_mib) counts from here, its model's load included
     session_of(request.config).case_start_rss[s2st_case.case_id] = current_rss_mib()
     try:

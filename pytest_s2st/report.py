@@ -726,6 +726,7 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
         return [], []
     old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
     crossed, unchecked = [], []
+    against = "the base" if _mapping(s2st.get("ab")).get("mode") == "code versions" else "the baseline"
     for limit in limits:
         old_v, new_v = _value(old, limit.metric), _value(new, limit.metric)
         if limit.metric == "runtime_s":
@@ -736,7 +737,7 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
             past = (100 * (change.ratio - 1) > limit.limit if limit.percent
                     else old_v is not None and new_v is not None and new_v - old_v > limit.limit)
             if past and change.word == SLOWER:
-                crossed.append(f"runtime_s {change.describe()} against the baseline, limit {limit}")
+                crossed.append(f"runtime_s {change.describe()} against {against}, limit {limit}")
             continue
         if old_v is None or new_v is None:
             sides = " and ".join(side for side, v in (("baseline", old_v), ("candidate", new_v)) if v is None)
@@ -748,5 +749,5 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
         if amount is not None:
             unit = "%" if limit.percent else ""
             crossed.append(f"{limit.metric} {fmt_metric(limit.metric, old_v)} -> {fmt_metric(limit.metric, new_v)} "
-                           f"({amount:+.2f}{unit}) against the baseline, limit {limit}")
+                           f"({amount:+.2f}{unit}) against {against}, limit {limit}")
     return crossed, unchecked

@@ -77,7 +77,7 @@ def test_the_ab_step_fails_a_slower_head_and_passes_the_same_code(tmp_path, head
     if slower:
         assert done.returncode == 1, out[-4000:]
         assert re.search(r"FAILED benchmarks/test_bench.py::test_model - s2st FAIL: runtime_s x[\d.]+ \[[\d.]+, [\d.]+\] "
-                         r"slower \(\d+ ABBA pairs\) against the baseline, limit runtime_s:5%", out), out[-4000:]
+                         r"slower \(\d+ ABBA pairs\) against the base, limit runtime_s:5%", out), out[-4000:]
         assert "| slower | **FAIL** |" in summary and 'name="s2st_verdict" value="FAIL' in junit
     else:
         assert done.returncode == 0 and "no significant change" in out, out[-4000:]
