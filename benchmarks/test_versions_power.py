@@ -166,11 +166,15 @@ def code_versions(root: Path, changes: dict[str, int]) -> dict:
         for name in changes:
             _git(root, "checkout", "-q", name)
             start = time.perf_counter()
-            done = _pytest(root, "test_bench.py", "--s2st-ab-base", "base", "--s2st-compare-fail=runtime_s:5%")
+            done = _pytest(root, "test_bench.py", "--s2st-ab-base", "base", "--s2st-compare-fail=runtime_s:5%",
+                           "--s2st-summary=ab.json")
             out[name]["wall_s"].append(time.perf_counter() - start)
             out[name]["load"].append(_load())
             assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-            row = _ab_row(done)
+            row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
+            out[name].setdefault("trials", []).append(
+                {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round")}
+                | {"pairs": [_median_ratio(b, h) for b, h in row.get("rounds_s") or []], "load": out[name]["load"][-1]})
             out[name]["ratios"].append(row["ratio"])
             out[name]["slower"] += row["word"] == "slower"
             out[name]["faster"] += row["word"] == "faster"
@@ -178,15 +182,9 @@ def code_versions(root: Path, changes: dict[str, int]) -> dict:
     return out
 
 
-def _ab_row(done: subprocess.CompletedProcess) -> dict:
-    """The A/B's ratio and word, read from the run's own table (the stacked 'change' row)."""
-    for line in done.stdout.splitlines():
-        if line.strip().startswith("change ") and " x" in line:
-            cells = line.split()
-            ratio = float(cells[1].lstrip("x"))
-            word = "slower" if "slower" in line else "faster" if "faster" in line else "same"
-            return {"ratio": ratio, "word": word}
-    raise AssertionError(done.stdout[-3000:])
+def _median_ratio(base: list, head: list) -> float:
+    logs = sorted(math.log(h / b) for b, h in zip(base, head))
+    return math.exp((logs[(len(logs) - 1) // 2] + logs[len(logs) // 2]) / 2)
 
 
 def in_process(root: Path, changes: dict[str, int]) -> dict:
@@ -237,4 +235,6 @@ def test_ab_power_at_load(tmp_path, benchmark, load, mode):
                    f"{TRIALS} trials a change; true ratios before {before}, after {after}", result, truth)
     print("\n" + "\n".join(lines))
     benchmark.extra_info.update(mode=mode, load=load, result=result, truth_before=before, truth_after=after)
+    if os.environ.get("S2ST_POWER_OUT"):  # every trial, for a closer look
+        Path(os.environ["S2ST_POWER_OUT"]).write_text(json.dumps(benchmark.extra_info, indent=1))
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

@@ -364,7 +364,8 @@ class S2STSession:
         Actions shows it on the job's page) when that is set."""
         from .report import markdown_ab
 
-        lines = markdown_ab([(name, measurement, status) for name, _, measurement, status in self.records()])
+        records = [r for r in self.records() if "ab" in r[2]]
+        lines = markdown_ab([(name, measurement, status) for name, _, measurement, status in records])
         if not lines:
             return
         text = "\n".join(lines) + "\n"
@@ -372,10 +373,17 @@ class S2STSession:
         for path, mode in targets:
             if not path:
                 continue
+            if path.endswith(".json"):  # the same rows for a program: each benchmark's measurement and verdict
+                import json
+
+                body = json.dumps([{"name": name, "nodeid": nodeid, "verdict": status, "s2st": measurement}
+                                   for name, nodeid, measurement, status in records], indent=1, default=str) + "\n"
+            else:
+                body = text
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 with open(path, mode, encoding="utf-8") as handle:
-                    handle.write(text)
+                    handle.write(body)
             except OSError as exc:
                 self.regressions.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
 

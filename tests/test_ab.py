@@ -7,7 +7,7 @@ from math import comb
 
 import pytest
 
-from pytest_s2st.runner import PairedRounds, RoundPolicy, TimedRounds
+from pytest_s2st.runner import AB_MIN_PAIRS, PairedRounds, RoundPolicy, TimedRounds
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, GROSS_RAW, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
                                       compare_pairs, compare_runs, median_interval)
@@ -134,7 +134,7 @@ def test_a_slower_candidate_fails_its_test_and_the_same_one_passes(pytester, mon
     assert 'name="s2st_verdict" value="FAIL' in junit and 'name="s2st_verdict" value="PASS"' in junit
     saved = {b["name"]: b["extra_info"]["s2st"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
     assert saved["test_slower"]["ab"]["word"] == SLOWER and saved["test_slower"]["ab"]["ratio"] > 10
-    assert saved["test_slower"]["ab"]["pairs"] >= 60
+    assert saved["test_slower"]["ab"]["pairs"] >= AB_MIN_PAIRS and saved["test_slower"]["ab"]["calls_per_round"] >= 1
     assert saved["test_slower"]["baseline"]["metrics"]["runtime_s"]["value"] > 0
     assert saved["test_same"]["verdict"]["status"] == "PASS"
 
@@ -210,3 +210,42 @@ def test_processes_refuses_what_cannot_be_a_side(pytester):
     pytester.makeini("[pytest]\ns2st_processes = many\n")
     bad = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert bad.ret == 4 and "ini s2st_processes" in bad.stderr.str()
+
+
+def test_the_pairs_interval_is_exactly_the_sign_tests_order_statistics():
+    """Distinct ratios, so one order statistic inward or outward reads differently: for 10 pairs the 2nd and 9th
+    smallest (median_interval(10) == (1, 8))."""
+    base = [1.0] * 10
+    ratios = [1.01, 1.10, 1.03, 1.08, 1.05, 1.02, 1.09, 1.04, 1.07, 1.06]
+    change = compare_pairs(base, [r * b for r, b in zip(ratios, base)])
+    assert (change.low, change.high) == (pytest.approx(1.02), pytest.approx(1.09))
+    assert change.ratio == pytest.approx((1.05 * 1.06) ** 0.5)
+
+
+def test_the_gross_rule_judges_own_round_times_of_a_saved_row():
+    """Raw rounds equal, but the old run waited 2/3 of every round for a CPU: its own times are x3 faster, so the
+    new run is gross-slower (report.runtime_change takes the wait out through _own_rounds)."""
+    from pytest_s2st.report import runtime_change
+
+    def row(rounds, waits):
+        return {"runtime_s": {"value": sum(rounds) / len(rounds),
+                              "details": {"rounds_s": rounds, "waited_s": waits, "statistic": "mean"}}}
+
+    change = runtime_change(row([3.0] * 5, [2.0] * 5), row([3.0] * 5, [0.0] * 5))
+    assert change.word == SLOWER and change.gross and change.own_ratio == pytest.approx(3.0)
+    assert runtime_change(row([3.0] * 5, [0.0] * 5), row([3.0] * 5, [0.0] * 5)).word == CANNOT_TELL
+
+
+def test_a_runtime_limit_needs_the_word_slower_not_only_a_ratio_past_it():
+    """A noisy A/A whose ratio is past 5 % but whose interval holds 1 crosses no runtime limit."""
+    from pytest_s2st.report import ab_limits
+    from pytest_s2st.settings import compare_limits
+
+    def s2st(ratio, low, high, word):
+        return {"metrics": {"runtime_s": {"value": ratio}}, "baseline": {"metrics": {"runtime_s": {"value": 1.0}}},
+                "ab": {"ratio": ratio, "low": low, "high": high, "word": word, "pairs": 30}}
+
+    limits = compare_limits("runtime_s:5%")
+    assert ab_limits(s2st(1.08, 0.95, 1.20, SAME), limits) == ([], [])
+    crossed, _ = ab_limits(s2st(1.08, 1.06, 1.10, SLOWER), limits)
+    assert len(crossed) == 1 and "against the baseline, limit runtime_s:5%" in crossed[0]

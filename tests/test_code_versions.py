@@ -236,3 +236,28 @@ def test_the_markdown_summary_holds_each_ab_row_and_its_verdict():
     body = [line for line in lines if line.startswith("| test_a")]
     assert body == ["| test_a\\|b | 1.000 ms | 2.000 ms | x2.000 [1.900, 2.100] | slower | **FAIL** | +100.0% |"]
     assert markdown_ab([("plain", {"metrics": {}}, "")]) == []
+
+
+class _Ticking:
+    """A stage whose call advances a fake clock by ``cost`` ticks."""
+
+    def __init__(self, clock, cost):
+        self.name, self.clock, self.cost = "s", clock, cost
+
+    def forward(self, x):
+        self.clock[0] += self.cost
+
+
+def test_paired_rounds_are_sized_on_the_slower_side_and_read_the_true_ratio():
+    from pytest_s2st.runner import PairedRounds
+
+    clock = [0.0]
+    timer = lambda: clock[0]  # noqa: E731
+    cpu = resolve_device("cpu")
+    cand = TimedRounds([_Ticking(clock, 0.002)], [[0, 1, 2, 3]], cpu, 1, timer=timer, policy=RoundPolicy(6))
+    base = TimedRounds([_Ticking(clock, 0.001)], [[0, 1, 2, 3]], cpu, 1, timer=timer, policy=RoundPolicy(6))
+    paired = PairedRounds(cand, base)
+    assert paired.calibrate(0.1) == 52  # 0.1 s / 2 ms = 50 calls, up to whole passes over 4 samples
+    paired.run_all()
+    assert cand.round_totals == pytest.approx([0.002] * 6) and base.round_totals == pytest.approx([0.001] * 6)
+    assert paired.change().ratio == pytest.approx(2.0)
