@@ -600,6 +600,8 @@ def _item_verdict(item: pytest.Item):
                                                    "(call s2st_benchmark or s2st_load)"]))
     if measurement is not None and getattr(measurement, "gate", None) is not None:
         verdicts.append(measurement.gate)  # translation thresholds of the frozen policy (_translation)
+    elif measurement is not None and service is None and item.get_closest_marker("s2st_gate") is not None:
+        verdicts.append(Verdict(INCONCLUSIVE, [_unjudged_gate(item, measurement)]))  # never a silent pass
     if service is not None:  # parts_reasons: a level split by --s2st-level-parts not driven as asked
         reasons = list(service.get("parts_reasons") or []) + (evidence_reasons(service) if "summary" in service else [])
         verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))
@@ -618,6 +620,18 @@ def _item_verdict(item: pytest.Item):
     # a speedup is reported only when everything passed
     speedup = next((v.speedup for v in verdicts if v.speedup), None) if worst.status == PASS else None
     return Verdict(worst.status, reasons, speedup=speedup)
+
+
+def _unjudged_gate(item: pytest.Item, measurement: Any) -> str:
+    """Why an s2st_gate marker on an s2st_benchmark test judged nothing."""
+    marker = item.get_closest_marker("s2st_gate")
+    keys = ", ".join(f"{k}={v!r}" for k, v in marker.kwargs.items())
+    if "config" not in measurement.info:  # s2st_benchmark(fn, inputs): no case, so no references
+        why = ("s2st_benchmark(model, inputs) of your own callable has no references to score: translation gates "
+               "judge a config case's text or speech against its references (general.references, docs/quality.md)")
+    else:
+        why = "no translation score it names was measured for this case (its other keys judge service benchmarks)"
+    return f"s2st_gate({keys}) not judged: {why}"
 
 
 def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:

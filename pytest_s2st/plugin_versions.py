@@ -34,8 +34,8 @@ def configure(config: pytest.Config, state: Any) -> None:
     ref = state.option("ab_base")
     if ref is None or hasattr(config, "workerinput"):
         return
-    for clash, given in (("-n", getattr(config.option, "numprocesses", None)),
-                         ("--s2st-processes", state.option("processes"))):
+    for clash, given in (("--s2st-processes", state.option("processes")),  # it sets -n itself: named first
+                         ("-n", getattr(config.option, "numprocesses", None))):
         if given:
             raise pytest.UsageError(f"--s2st-ab-base {ref}: starts its own worker processes; drop {clash}")
     try:

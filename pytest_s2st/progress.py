@@ -16,6 +16,7 @@ import time
 from typing import Callable, Iterator
 
 EVERY_S = 10.0
+MIN_EVERY_S = 0.05
 EVERY_ENV = "S2ST_PROGRESS_EVERY_S"  # a private knob: the tests shorten the interval
 
 Writer = Callable[[str], None]
@@ -30,7 +31,9 @@ def interval() -> float:
         value = float(os.environ.get(EVERY_ENV, ""))
     except ValueError:
         return EVERY_S
-    return value if 0 < value < 86400 else EVERY_S  # nan, inf (Event.wait overflows) and <= 0: the default
+    if not 0 < value < 86400:  # nan, inf (Event.wait overflows) and <= 0: the default
+        return EVERY_S
+    return max(value, MIN_EVERY_S)  # 1e-9 would print thousands of lines a second
 
 
 def install(writer: Writer) -> None:

@@ -116,12 +116,15 @@ class S2STSession:
         return worker_device(asked, worker_index(self.worker), accelerator_count)
 
     def check_evidence_dir(self) -> None:
-        """An evidence dir that exists but is not a folder is a usage error before any test runs."""
-        base = Path(self.option("evidence_dir"))
-        if not base.is_absolute():
-            base = self.config.rootpath / base
-        if base.exists() and not base.is_dir():
-            raise S2STError(f"{self.source('evidence_dir')}: {base} is not a directory")
+        """An evidence or plot dir that exists but is not a folder is a usage error before any test runs."""
+        for name in ("evidence_dir", "plot"):
+            if self.option(name) is None:
+                continue
+            base = Path(self.option(name))
+            if not base.is_absolute():
+                base = self.config.rootpath / base
+            if base.exists() and not base.is_dir():
+                raise S2STError(f"{self.source(name)}: {base} is not a directory")
 
     def config_paths(self) -> list[Any]:
         from .settings import path as check_path
@@ -347,6 +350,10 @@ class S2STSession:
                 self.plots += [str(p) for p in plot_service(self.service_results, self.plot_dir())]
             except S2STError as exc:
                 self.plots.append(f"not written: {exc}")
+            except OSError as exc:  # what was measured is printed whatever became of the picture
+                self.plots.append(f"not written: {self.plot_dir()}: {exc.strerror or exc}")
+        elif self.option("plot"):
+            self.plots.append("nothing written: --s2st-plot draws service benchmarks (s2st_load), and none ran")
         try:
             self.regressions = self.check_regressions()
         except Exception as exc:  # noqa: BLE001 -- a compare that crashed checked nothing: it fails, tables stay
@@ -395,6 +402,8 @@ class S2STSession:
             self._display_inference(tr)
         if self.service_results:
             self._display_service(tr)
+        for path in self.plots:  # after the service table, or alone when no service benchmark ran
+            tr.write_line(f"plot: {path}")
         if self.inconclusive:
             tr.write_sep("=", "s2st INCONCLUSIVE", yellow=True)
             for nodeid, reasons in self.inconclusive:
@@ -491,8 +500,6 @@ class S2STSession:
                               "each is one round of its whole wall time there; its saved JSON keeps them"]):
                 tr.write_line(line)
         tr.write_line(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
-        for path in self.plots:
-            tr.write_line(f"plot: {path}")
 
 
 def gate_line(name: str, gate: Mapping[str, Any], baseline_dir: str | None, metric: str, speedup: str) -> str:

@@ -261,3 +261,44 @@ def test_benchmark_max_time_that_is_no_duration_is_a_usage_error(pytester, value
     """pytest-benchmark takes --benchmark-max-time -1 silently; for an s2st benchmark it means its max_time."""
     result = run_usage(pytester, "--benchmark-max-time", value)
     assert_one_clear_line(result, "--benchmark-max-time", "must be a number > 0")
+
+
+def test_a_plot_dir_that_is_a_file_is_a_usage_error_and_a_plot_of_nothing_says_so(pytester):
+    pytester.makefile(".png", plots="not a folder")
+    result = run_usage(pytester, "--s2st-plot", "plots.png")
+    assert_one_clear_line(result, "--s2st-plot", "plots.png is not a directory")
+    pytester.makepyfile(test_fn="def f(x):\n    return x\n\ndef test_fn(s2st_benchmark):\n    s2st_benchmark(f, [1, 2])\n")
+    done = pytester.runpytest_subprocess(*FAST, "test_fn.py", "--s2st-plot", "plots")
+    assert done.ret == 0
+    assert_one_clear_line(done, "plot: nothing written: --s2st-plot draws service benchmarks")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--s2st-ab-pairs", "0"], "--s2st-ab-pairs: must be an integer > 0"),
+    (["--s2st-ab-pairs", "33"], "must be an integer in 1-32"),
+    (["--s2st-ab-round-s", "nan"], "must be a number > 0"),
+    (["--s2st-ab-base", "main"], "is not inside a git repository"),
+    (["--s2st-ab-base", "main", "--s2st-processes", "2"], "drop --s2st-processes"),
+])
+def test_bad_code_version_options_are_usage_errors(pytester, args, fragment):
+    result = run_usage(pytester, *args)
+    assert_one_clear_line(result, fragment)
+
+
+def test_a_gate_on_a_callable_without_references_is_inconclusive_never_passed(pytester):
+    pytester.makepyfile(test_gate='''
+import pytest
+
+def translate(text):
+    return text.upper()
+
+@pytest.mark.s2st_gate(min_bleu=50)
+def test_translate(s2st_benchmark):
+    s2st_benchmark(translate, ["hola mundo", "buenos dias"])
+''')
+    done = pytester.runpytest_subprocess(*FAST)
+    assert done.ret == 0
+    assert_one_clear_line(done, "s2st_gate(min_bleu=50) not judged: s2st_benchmark(model, inputs) of your own callable")
+    assert "1 inconclusive" in done.stdout.str()
+    strict = pytester.runpytest_subprocess(*FAST, "--s2st-strict")
+    assert strict.ret == 1

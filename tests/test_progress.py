@@ -147,3 +147,11 @@ def test_a_slow_service_level_reports_requests_done_and_q_silences_it(pytester, 
     quiet = pytester.runpytest("-p", "no:cacheprovider", f"--s2st-config={cfg}", "-q")
     quiet.assert_outcomes(passed=1)
     assert not [line for line in quiet.stdout.lines if line.startswith("s2st: ")], "\n".join(quiet.stdout.lines)
+
+
+@pytest.mark.parametrize("knob, every", [("1e-9", progress.MIN_EVERY_S), ("0.1", 0.1), ("0", progress.EVERY_S),
+                                         ("nan", progress.EVERY_S), ("inf", progress.EVERY_S),
+                                         ("1e9", progress.EVERY_S), ("soon", progress.EVERY_S)])
+def test_the_interval_knob_is_clamped(monkeypatch, knob, every):
+    monkeypatch.setenv(progress.EVERY_ENV, knob)
+    assert progress.interval() == every

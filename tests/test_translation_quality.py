@@ -47,6 +47,15 @@ def test_references_come_from_the_file_else_the_samples(tmp_path):
         references_for(samples, tmp_path, "x")  # a directory: one line, never a read
 
 
+def test_a_references_file_in_utf16_is_named_not_scored(tmp_path):
+    """UTF-16 without a BOM is valid UTF-8 full of NULs: it scored BLEU 0.00 and failed the gate; now one line."""
+    (tmp_path / "r16.txt").write_bytes("one\ntwo\n".encode("utf-16-le"))
+    with pytest.raises(S2STError, match=r"r16.txt:1 \(references file, x\): holds NUL bytes.*UTF-16"):
+        references_for([{}, {}], tmp_path / "r16.txt", "x")
+    (tmp_path / "bom.txt").write_bytes("one\ntwo\n".encode("utf-8-sig"))  # a UTF-8 BOM is fine
+    assert references_for([{}, {}], tmp_path / "bom.txt", "x")[0] == ["one", "two"]
+
+
 def test_no_references_leave_no_scores_and_the_gate_inconclusive():
     names, outputs = ["mt"], [[{"text": "hola"}, {"text": "mundo"}]]
     assert measure_translation([{}, {}], names, outputs, None, "x") == {}

@@ -51,6 +51,10 @@ def read_references(path: str | Path, where: str) -> list[str]:
     lines = _text_lines(Path(path), f"references file ({where})", "utf-8-sig")
     if lines and lines[-1] == "":
         lines = lines[:-1]
+    for number, line in enumerate(lines, 1):
+        if "\x00" in line:  # valid UTF-8, but no text: UTF-16 without a BOM (it scored BLEU 0.00 and failed a gate)
+            raise S2STError(f"{show(str(path))}:{number} (references file, {where}): holds NUL bytes, which text "
+                            "never has: UTF-16 or UTF-32 without a byte-order mark? save it as UTF-8")
     return [line.strip() for line in lines]
 
 
