@@ -174,7 +174,8 @@ def code_versions(root: Path, changes: dict[str, int]) -> dict:
             row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
             out[name].setdefault("trials", []).append(
                 {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round")}
-                | {"pairs": [_median_ratio(b, h) for b, h in row.get("rounds_s") or []], "load": out[name]["load"][-1]})
+                | {"pairs": [_median_ratio(b, h) for b, h in row.get("rounds_s") or []], "load": out[name]["load"][-1],
+                   "rounds_s": row.get("rounds_s"), "rounds_own_s": row.get("rounds_own_s")})
             out[name]["ratios"].append(row["ratio"])
             out[name]["slower"] += row["word"] == "slower"
             out[name]["faster"] += row["word"] == "faster"

@@ -86,9 +86,12 @@ class VersionsController:
         ab = {"mode": MODE, "base": self.ref, "base_sha": self.worktree.sha, "head_sha": self.worktree.head_sha,
               "worker_pairs": len(compared.sets), "calls_per_round": compared.calls,
               "round_target_s": self.state.option("ab_round_s"), "rounds_s": [list(s) for s in compared.sets],
-              "method": "median of paired head/base round ratios, base and head in warm worker processes (each "
-                        "importing its own tree) taking turns round by round, ABBA, worker pairs interleaved; 95% "
-                        "order-statistic interval of the median, widened to hold each worker pair's own median"}
+              "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
+              "method": "median of paired head/base round ratios (each round's own time: wall less the time its "
+                        "thread waited for a CPU), base and head in warm worker processes (each importing its own "
+                        "tree, all on one CPU while timing) taking turns round by round, ABBA, worker pairs "
+                        "interleaved; 95% order-statistic interval of the median, widened to hold each worker pair's "
+                        "own median"}
         if compared.missing is not None:
             measurement = Measurement(item.name, "?")
             measurement.baseline = Measurement(f"{item.name} baseline", "?")
@@ -97,8 +100,13 @@ class VersionsController:
         else:
             measurement = Measurement.from_dict(compared.head[0])
             measurement.baseline = Measurement.from_dict(compared.base[0])
-            change = compare_pair_sets(compared.sets)
-            ab.update(ratio=change.ratio, low=change.low, high=change.high, word=change.word, pairs=change.pairs)
+            # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where
+            # every round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread
+            # x0.70-x1.62, their own times x0.87-x1.18 (docs/measurement.md)
+            sets = compared.own_sets or compared.sets
+            change = compare_pair_sets(sets)
+            ab.update(ratio=change.ratio, low=change.low, high=change.high, word=change.word, pairs=change.pairs,
+                      timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time")
         measurement.info["ab"] = ab
         return measurement
 

@@ -672,7 +672,8 @@ AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (round
              "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
              "columns: the candidate (its change from the baseline), or, stacked, each side and the change")
 VERSIONS_LEGEND = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "
-                   "round by round, ABBA) [its 95% interval, widened to hold each worker pair's median]; slower/faster "
+                   "round by round, ABBA; each round less its wait for a CPU) [its 95% interval, widened to hold each "
+                   "worker pair's median]; slower/faster "
                    "when the interval excludes 1 and the ratio is past 2%; other columns: the head (its change from "
                    "the base), or, stacked, each side and the change")
 

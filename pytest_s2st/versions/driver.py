@@ -7,6 +7,7 @@ falls on both sides alike. Several pairs of fresh processes average out each pro
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -70,6 +71,43 @@ def _same_file(arg: str, head_cwd: Path, side_cwd: Path) -> str:
     return f"{prefix}={absolute}" if sep else absolute
 
 
+@contextlib.contextmanager
+def same_cpu(pids: Sequence[int]):
+    """While the rounds run, every timing worker on one CPU (Linux): only one of them runs at a time, so this costs
+    nothing, and both sides of a pair share that CPU's neighbours. Apart, each process was woken on whichever CPU
+    the scheduler chose, and on a loaded 2-core machine one side often shared its CPU with one more busy process
+    than the other (x0.67-x1.47 per round at load 8). Their own CPUs are given back afterwards (the untimed passes
+    run in parallel)."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    setaffinity = getattr(os, "sched_setaffinity", None)
+    if getaffinity is None or setaffinity is None:
+        yield
+        return
+    saved = {}
+    try:
+        cpu = max(getaffinity(0))
+        for task in (t for pid in pids for t in _threads(pid)):  # every thread: torch's pools too
+            try:
+                saved[task] = getaffinity(task)
+                setaffinity(task, {cpu})
+            except OSError:  # gone meanwhile
+                continue
+        yield
+    finally:
+        for pid, cpus in saved.items():
+            try:
+                setaffinity(pid, cpus)
+            except OSError:
+                pass
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return [pid]
+
+
 @dataclass(eq=False)  # one object per process: hashed by identity
 class WorkerProcess:
     side: str
@@ -111,6 +149,7 @@ class Compared:
     base: list[dict] = field(default_factory=list)   # each pair's measurement dict, when it arrived
     head: list[dict] = field(default_factory=list)
     sets: list[tuple[list[float], list[float]]] = field(default_factory=list)  # per pair: (base, head) rounds
+    own_sets: list[tuple[list[float], list[float]]] | None = None  # the same less each round's run-queue wait
     calls: int | None = None
     missing: str | None = None  # why there is no verdict (a side never reached its timing, died, refused)
 
@@ -256,15 +295,22 @@ class Driver:
             for w in (w for pair in pairs for w in pair):
                 self._skip(w)
             return result
+        timing = [w for pair in pairs for w in pair]
+        with same_cpu([w.process.pid for w in timing]):
+            self._rounds(result, pairs, samples.pop())
+        return self._collect(result, pairs, nodeid)
+
+    def _rounds(self, result: Compared, pairs: list, samples: int) -> None:
         per_call = 0.0
         for w in (w for pair in pairs for w in pair):
             answer = self._order(w, {"op": "calibrate", "budget_s": self.round_s / 2}, ARRIVE_S, "calibrating")
             per_call = max(per_call, float((answer or {}).get("s") or 0.0))
         from ..runner import calls_per_round
 
-        calls = result.calls = calls_per_round(per_call, self.round_s, samples.pop())
+        calls = result.calls = calls_per_round(per_call, self.round_s, samples)
         patience = ROUND_SLACK_S + 50 * per_call * calls
         times: dict[WorkerProcess, list[float]] = {w: [] for pair in pairs for w in pair}
+        own: dict[WorkerProcess, list[float | None]] = {w: [] for pair in pairs for w in pair}
         for i in range(self.rounds):
             for j, (base, head) in enumerate(pairs):
                 for w in ((base, head) if (i + j) % 2 == 0 else (head, base)):
@@ -272,17 +318,25 @@ class Driver:
                     if answer is None or answer.get("op") != "round":
                         result.missing = w.gone or f"{w.name} answered {answer!r} to a round"
                         self._release(times)
-                        return result
+                        return
                     times[w].append(float(answer["s"]))
+                    own[w].append(answer.get("own_s"))
         for w in times:
             self._done(w)
+        result.sets = [(times[base], times[head]) for base, head in pairs]
+        if all(v is not None for w in own for v in own[w]):
+            result.own_sets = [(own[base], own[head]) for base, head in pairs]
+
+    def _collect(self, result: Compared, pairs: list, nodeid: str) -> Compared:
+        """Each side's measurement, after its last round (the worker finishes its passes on its own)."""
+        if result.missing is not None:
+            return result
         for base, head in pairs:
             for w, into in ((base, result.base), (head, result.head)):
                 while nodeid not in w.measured and w.gone is None and nodeid not in w.failed:
                     self._receive(w, MEASURED_S, "finishing its measurement")
                 if nodeid in w.measured:
                     into.append(w.measured[nodeid])
-            result.sets.append((times[base], times[head]))
         if not result.base or not result.head:
             result.missing = "; ".join(f"{w.name}: {w.failed.get(nodeid) or w.gone or 'no measurement'}"
                                        for pair in pairs for w in pair if nodeid not in w.measured)

@@ -46,7 +46,10 @@ class Worker:
                 rounds.calls = int(order["calls"])
                 args, _ = rounds.setup()
                 rounds.run(*args)
-                channel.send(self.conn, {"op": "round", "s": rounds.last_round_s()})
+                rounds.settle()  # the round's run-queue wait: how long this thread waited for a CPU in it
+                wall, wait = rounds.last_round_s(), rounds.waits[-1]
+                own = max(wall - wait / rounds.calls, 0.0) if wait is not None else None
+                channel.send(self.conn, {"op": "round", "s": wall, "own_s": own})
             elif op == "done":
                 return
             elif op == "skip":
