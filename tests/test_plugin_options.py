@@ -38,6 +38,10 @@ VALUES = {
     "compare_fail": ("flops:1%", ["flops:1%"]),
     "strict": ("true", True),
     "processes": ("3", 3),  # not in the round trip: it starts xdist workers (tests/test_ab.py covers flag and ini)
+    "ab_base": ("origin/main", "origin/main"),  # not in the round trip: it checks a revision out (test_code_versions)
+    "ab_pairs": ("3", 3),
+    "ab_round_s": ("0.25", 0.25),
+    "summary": ("ab.md", "ab.md"),
     "isolate": ("true", True),
     "concurrency": ("3,5", [3, 5]),
     "endpoint": ("http://127.0.0.1:9/v1/audio/speech", "http://127.0.0.1:9/v1/audio/speech"),
@@ -91,7 +95,7 @@ def test_the_table_covers_every_setting():
 @pytest.mark.parametrize("source", ["cli", "ini", "config"])
 def test_every_setting_round_trips(pytester, source):
     written = {"model_type", "dataset_path"}  # write_case's general section has them already, with these values
-    settings = [s for s in SETTINGS if s.name != "processes"]
+    settings = [s for s in SETTINGS if s.name not in ("processes", "ab_base")]
     general = "".join(f"{s.name}: {VALUES[s.name][0]!r}\n" for s in settings
                       if s.per_case and s.name not in written) if source == "config" else ""
     general = general.replace("'3,5'", "[3, 5]")
