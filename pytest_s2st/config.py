@@ -227,6 +227,7 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
     if not isinstance(model_type, str) or model_type not in known:
         raise S2STError(f"{_at(path, lines, 'general.model_type')}: unknown model_type {model_type!r}; "
                         f"known: {', '.join(known)}")
+    _check_misspelt_settings(general, path, lines)
     serves = general.get("serves_speech")
     if serves is not None and not isinstance(serves, bool):
         raise S2STError(f"{_at(path, lines, 'general.serves_speech')} (general.serves_speech): "
@@ -237,6 +238,26 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
         raise S2STError(f"{_where(path, lines, 'general.targets')}: targets must map ttfa_s and/or rtf to "
                         f"numbers > 0, got {targets!r}")
     return model_type
+
+
+MISSPELT = 0.85  # difflib ratio: 'dataset_sise' -> 'dataset_size' (0.92); fairseq's own 'device_id' -> 'device' (0.8) is kept
+
+
+def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:
+    """``general`` also carries fairseq's own arguments, so an unknown key is not an error -- but one within a letter
+    or two of a plugin setting (``dataset_sise: 2``) was silently ignored: it names the setting it meant."""
+    import difflib
+
+    from .settings import SETTINGS
+
+    names = [s.name for s in SETTINGS if s.per_case]
+    for key in general:
+        if not isinstance(key, str) or key in names:
+            continue
+        match = difflib.get_close_matches(key, names, n=1, cutoff=MISSPELT)
+        if match:
+            raise S2STError(f"{_at(path, lines, f'general.{key}')}: unknown key general.{key} (did you mean "
+                            f"{match[0]!r}?); as written it would be passed on to the model and the setting ignored")
 
 
 def _positive_number(value: Any) -> bool:

@@ -476,3 +476,10 @@ def test_relative_path_argument_made_absolute(tmp_path, monkeypatch):
     cfg = load("case.yaml")
     assert cfg.path == tmp_path / "case.yaml"
     assert os.path.isabs(cfg.path)
+
+
+def test_a_misspelt_setting_in_general_is_named_with_what_it_meant(tmp_path):
+    p = write(tmp_path, "general:\n  model_type: S2T\n  dataset_sise: 2\n")
+    assert error_of(p).startswith(f"{p}:3: unknown key general.dataset_sise (did you mean 'dataset_size'?)")
+    kept = load(write(tmp_path, "general: {model_type: S2T, device_id: 0, warmup_updates: 4, beam: 5}\n", name="f.yaml"))
+    assert kept.general["device_id"] == 0  # fairseq's own arguments pass on as before
