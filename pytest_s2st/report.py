@@ -668,7 +668,8 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
                                stacked, width)
 
 
-AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process) "
+AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process; "
+             "each round less its wait for a CPU) "
              "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
              "columns: the candidate (its change from the baseline), or, stacked, each side and the change")
 VERSIONS_LEGEND = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "

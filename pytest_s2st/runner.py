@@ -479,6 +479,13 @@ class TimedRounds:
             self.run(*args)
         self.finish()
 
+    def own_round_totals(self) -> list[float] | None:
+        """Each round's per-sample time less its share of the round's run-queue wait (the time this thread was
+        runnable but had no CPU: a neighbour's); None unless every round has a reading."""
+        if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
+            return None
+        return [max(t - w / self.calls, 0.0) for t, w in zip(self.round_totals, self.waits)]
+
     def stage_waits(self) -> list[list[float]] | None:
         """Each stage's share of each round's run-queue wait (in proportion to its time in the round); None
         unless every round has a reading."""
@@ -577,14 +584,21 @@ class PairedRounds:
             self.run(*args)
         self.finish()
 
+    def own(self) -> bool:
+        """Whether the change is judged on own times: every round of both sides has a run-queue reading."""
+        return self.candidate.own_round_totals() is not None and self.baseline.own_round_totals() is not None
+
     def change(self):
-        """The paired change on the rounds' wall times. (Taking each round's run-queue wait out, as the one-run gross
-        rule does, was measured worse here: a wait read between rounds also holds the runner's bookkeeping around
-        the round, and subtracting it biased +10 % work to x1.05 beside a CPU hog.)"""
+        """The paired change on each round's own time (its wall time less the time the thread waited for a CPU in
+        it), else on wall times. At load 7 (six busy loops beside), on the same rounds: wall times read +10 % slower
+        13/20 and A/A once faster, own times 20/20 and never (docs/measurement.md). (With one-call rounds taking the
+        wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
         from .significance import compare_pairs
 
-        n = min(len(self.candidate.round_totals), len(self.baseline.round_totals))
-        return compare_pairs(self.baseline.round_totals[:n], self.candidate.round_totals[:n])
+        base, cand = ((self.baseline.own_round_totals(), self.candidate.own_round_totals()) if self.own()
+                      else (self.baseline.round_totals, self.candidate.round_totals))
+        n = min(len(cand), len(base))
+        return compare_pairs(base[:n], cand[:n])
 
 
 AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of AB_ROUND_S: docs/measurement.md)
@@ -800,7 +814,9 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     measurement.info["ab"] = {
         "ratio": change.ratio, "low": change.low, "high": change.high, "word": change.word, "pairs": change.pairs,
         "calls_per_round": paired.candidate.calls, "round_target_s": settings.ab_round_s,
+        "timing": "own time (wall less run-queue wait)" if paired.own() else "wall time",
         "method": f"median of paired candidate/baseline round ratios, rounds of {paired.candidate.calls} calls "
-                  f"(about {settings.ab_round_s:g} s) alternating ABBA in one process; 95% distribution-free "
+                  f"(about {settings.ab_round_s:g} s) alternating ABBA in one process, each round's own time (wall "
+                  "less the time its thread waited for a CPU) where every round has it; 95% distribution-free "
                   "interval of the median (order statistics, binomial)",
     }

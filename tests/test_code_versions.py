@@ -256,8 +256,19 @@ def test_paired_rounds_are_sized_on_the_slower_side_and_read_the_true_ratio():
     cpu = resolve_device("cpu")
     cand = TimedRounds([_Ticking(clock, 0.002)], [[0, 1, 2, 3]], cpu, 1, timer=timer, policy=RoundPolicy(6))
     base = TimedRounds([_Ticking(clock, 0.001)], [[0, 1, 2, 3]], cpu, 1, timer=timer, policy=RoundPolicy(6))
+    from pytest_s2st.measure.runqueue import RunqueueClock
+
+    cand._queue = base._queue = RunqueueClock("/nonexistent")  # no run-queue readings: wall times, the fake clock's
     paired = PairedRounds(cand, base)
     assert paired.calibrate(0.1) == 52  # 0.1 s / 2 ms = 50 calls, up to whole passes over 4 samples
     paired.run_all()
     assert cand.round_totals == pytest.approx([0.002] * 6) and base.round_totals == pytest.approx([0.001] * 6)
-    assert paired.change().ratio == pytest.approx(2.0)
+    assert not paired.own() and paired.change().ratio == pytest.approx(2.0)
+
+
+def test_own_round_times_take_each_rounds_wait_for_a_cpu_out():
+    rounds = TimedRounds([_Stage([])], [[0, 1]], resolve_device("cpu"), 1)
+    rounds.calls, rounds.round_totals, rounds.waits = 4, [0.010, 0.012], [0.008, 0.0]
+    assert rounds.own_round_totals() == pytest.approx([0.008, 0.012])  # 4 calls: 2 ms of wait each
+    rounds.waits = [0.008, None]
+    assert rounds.own_round_totals() is None  # a round without a reading: wall times for all
