@@ -144,3 +144,25 @@ def masked(line: str) -> str:
     line = re.sub(r"\((#|<#: noise)\)", "(#)", line)
     line = re.sub(r"-{3,}", "---", line)
     return re.sub(r"\s+", " ", line).strip()
+
+
+# a model whose cost is CPU work only (a busy wait, as a slower model is), and its benchmark: the code-version tests
+BUSY_MODEL = '''
+import time
+
+DELAY = {delay}
+
+
+def model(x):
+    end = time.perf_counter() + DELAY  # a busy wait: CPU work, as a slower model is
+    while time.perf_counter() < end:
+        pass
+    return x
+'''
+BUSY_BENCH = '''
+from model import model
+
+
+def test_model(s2st_benchmark):
+    s2st_benchmark(model, [1, 2, 3, 4])
+'''

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import BUSY_BENCH, BUSY_MODEL
+
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.runner import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
@@ -138,26 +140,8 @@ def test_outside_a_repository_is_one_line(tmp_path):
         Worktree(tmp_path, "main")
 
 
-MODEL = '''
-import time
+MODEL, BENCH = BUSY_MODEL, BUSY_BENCH
 
-DELAY = {delay}
-
-
-def model(x):
-    end = time.perf_counter() + DELAY
-    while time.perf_counter() < end:
-        pass
-    return x
-'''
-
-BENCH = '''
-from model import model
-
-
-def test_model(s2st_benchmark):
-    s2st_benchmark(model, [1, 2, 3, 4])
-'''
 
 
 def _run(repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

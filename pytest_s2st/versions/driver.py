@@ -317,7 +317,7 @@ class Driver:
                     answer = self._order(w, {"op": "round", "calls": calls}, patience, "timing a round")
                     if answer is None or answer.get("op") != "round":
                         result.missing = w.gone or f"{w.name} answered {answer!r} to a round"
-                        self._release(times)
+                        self._release_all(times)
                         return
                     times[w].append(float(answer["s"]))
                     own[w].append(answer.get("own_s"))
@@ -342,21 +342,21 @@ class Driver:
                                        for pair in pairs for w in pair if nodeid not in w.measured)
         return result
 
-    def _skip(self, w: WorkerProcess) -> None:
+    def _release(self, w: WorkerProcess, op: str) -> None:
+        """A waiting worker goes on: ``done`` (its rounds are over) or ``skip`` (this benchmark is not compared)."""
         try:
-            channel.send(w.conn, {"op": "skip"})
+            channel.send(w.conn, {"op": op})
         except channel.ChannelClosed:
             w.die("went away")
         w.parked = None
+
+    def _skip(self, w: WorkerProcess) -> None:
+        self._release(w, "skip")
 
     def _done(self, w: WorkerProcess) -> None:
-        try:
-            channel.send(w.conn, {"op": "done"})
-        except channel.ChannelClosed:
-            w.die("went away")
-        w.parked = None
+        self._release(w, "done")
 
-    def _release(self, times: dict) -> None:
+    def _release_all(self, times: dict) -> None:
         for w in times:
             if w.gone is None:
                 self._done(w)
