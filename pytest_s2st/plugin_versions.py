@@ -7,7 +7,6 @@ benchmarks as usual, except that each one's timed rounds are the ones the contro
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,6 @@ class VersionsController:
         self.start = Path(config.invocation_params.dir)
         self.worktree = Worktree(self.start, ref)
         self.driver: Any = None
-        self.started = time.monotonic()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from .versions.driver import Driver, worker_args

@@ -72,7 +72,7 @@ class RunSettings:
     start_what: str = "before the case's model was built"
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
-    ab_round_s: float = 0.1  # an A/B's round target (runner.AB_ROUND_S, --s2st-ab-round-s)
+    ab_round_s: float = 0.1  # an A/B's round target (--s2st-ab-round-s; PairedRounds.calibrate)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
@@ -393,7 +393,7 @@ class TimedRounds:
         self.device = device
         self.timer = timer
         self.n_samples = len(stage_inputs[0])
-        # samples a round runs one after another (an A/B calibrates it, calibrate_calls): each round records the
+        # samples a round runs one after another (an A/B sizes it: PairedRounds.calibrate): each round records the
         # per-sample mean of its calls, so rounds of any length read as per-sample times
         self.calls = 1
         self.policy = policy or RoundPolicy(self.n_samples * repeat)
@@ -454,7 +454,7 @@ class TimedRounds:
 
     def per_call_s(self, budget_s: float) -> float:
         """Untimed by any round: calls over the samples in order until ``budget_s`` has passed (at least one,
-        at most one pass over the dataset); their mean time, what calibrate_calls sizes rounds from."""
+        at most one pass over the dataset); their mean time, what calls_per_round sizes rounds from."""
         timer, sync = self.timer, self.device.synchronize
         calls, start = 0, timer()
         while calls < self.n_samples:
@@ -601,8 +601,7 @@ class PairedRounds:
         return compare_pairs(base[:n], cand[:n])
 
 
-AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of AB_ROUND_S: docs/measurement.md)
-AB_ROUND_S = 0.1   # seconds an A/B round aims at (calls_per_round): see PairedRounds.calibrate
+AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/measurement.md)
 MAX_CALLS_PER_ROUND = 1_000_000
 
 

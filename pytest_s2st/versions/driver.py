@@ -74,10 +74,9 @@ def _same_file(arg: str, head_cwd: Path, side_cwd: Path) -> str:
 @contextlib.contextmanager
 def same_cpu(pids: Sequence[int]):
     """While the rounds run, every timing worker on one CPU (Linux): only one of them runs at a time, so this costs
-    nothing, and both sides of a pair share that CPU's neighbours. Apart, each process was woken on whichever CPU
-    the scheduler chose, and on a loaded 2-core machine one side often shared its CPU with one more busy process
-    than the other (x0.67-x1.47 per round at load 8). Their own CPUs are given back afterwards (the untimed passes
-    run in parallel)."""
+    nothing, and both sides of a pair share that CPU's neighbours (at load 8 it did not narrow the round ratios by
+    itself: own times did, docs/measurement.md). Their own CPUs are given back afterwards (the untimed passes run
+    in parallel)."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     setaffinity = getattr(os, "sched_setaffinity", None)
     if getaffinity is None or setaffinity is None:
@@ -120,7 +119,6 @@ class WorkerProcess:
     failed: dict[str, str] = field(default_factory=dict)
     measured: dict[str, dict] = field(default_factory=dict)
     gone: str | None = None           # why it can take no more orders
-    finished: bool = False            # its session ended as sessions end (it said bye)
 
     @property
     def name(self) -> str:
@@ -237,7 +235,6 @@ class Driver:
             elif op == "ready":
                 w.parked, w.samples = str(message.get("nodeid")), message.get("samples")
             elif op == "bye":
-                w.finished = True
                 w.gone = f"{w.side}: no such benchmark there (its session ended without reaching it)"
             return message
         return None
