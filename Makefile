@@ -18,9 +18,10 @@ FAIRSEQ := $(shell grep -o 'fairseq-fixed==[0-9.]*' pyproject.toml)
 #   papi     python-papi: --s2st-flops=papi (hardware FLOP counters, where the CPU exposes them)
 #   quality  jiwer, pocketsphinx, librosa, scipy, webrtcvad, sacrebleu (+ resemblyzer, below): the quality gate's
 #            offline scorers (WER, speaker similarity, durations) and BLEU/chrF
+#   history  ruptures (change points), psycopg (a PostgreSQL history); scipy
 #   qwen     qwen-tts: the tiny Qwen3-TTS case of `make bench` and the 0.6B of `make bench-full`
 # EXTRAS=dev,fairseq is enough for the callable path and the fairseq cases (the Qwen3-TTS case is then left out)
-EXTRAS ?= dev,fairseq,papi,quality,qwen
+EXTRAS ?= dev,fairseq,history,papi,quality,qwen
 # where torch comes from: PyTorch's CPU wheel index first (PyPI's Linux x86-64 torch is a multi-GB CUDA build);
 # where that index cannot be reached, PyPI's. TORCH_INDEX= (empty): PyPI only
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
@@ -63,8 +64,10 @@ $(STAMP): pyproject.toml
 # Debian packages some tests use as a real system under test (espeak-ng speech, sox; valgrind with its
 # callgrind.h for the instruction count); needs root.
 sysdeps:
-	@command -v espeak-ng >/dev/null && command -v sox >/dev/null && command -v valgrind >/dev/null || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsndfile1 valgrind >/dev/null; }
+	@command -v espeak-ng >/dev/null && command -v sox >/dev/null && command -v valgrind >/dev/null && \
+	  command -v chromium >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng sox libsndfile1 valgrind \
+	    postgresql chromium >/dev/null; }
 
 # the suite runs on every core the machine has (pytest-xdist, TEST_WORKERS=0 for one process), then the
 # tests that bound a duration or a rate (marked serial in tests/conftest.py) run on their own; both always run

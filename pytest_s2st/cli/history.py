@@ -1,0 +1,131 @@
+"""s2st-history: keep every run in a results database and see it over time.
+
+    s2st-history import RUN.json|DIR ...    add saved runs (pytest-benchmark JSON, ours or plain; a folder: every
+                                            *.json under it, as .benchmarks/ holds them)
+    s2st-history site OUT                   write the static trend site
+    s2st-history check                      change points and window alerts of every series' newest run;
+                                            exit 1 when one is in the metric's bad direction
+
+``--db`` (or $S2ST_HISTORY) names the database: a path (default .benchmarks/s2st-history.sqlite),
+sqlite:///PATH or postgresql://USER@HOST/DB.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from ..errors import S2STError
+from ..inputs import show
+from .args import OneLineParser, int_in, path_arg, refuse
+
+MAX_FILES = 100_000  # files one import walks (a folder that is a whole disk is refused, not walked forever)
+
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"'{show(value, 40)}': expected a number between 0 and 1")
+    return number
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.json") if p.is_file() and not p.is_symlink())
+            out += found
+        elif path.exists():
+            out.append(path)
+        else:
+            raise S2STError(f"{show(str(path))}: no such file or folder")
+        if len(out) > MAX_FILES:
+            raise S2STError(f"{show(str(path))}: more than {MAX_FILES} files to import")
+    return out
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ..history.records import load_document
+    from ..history.store import open_store
+
+    files = _files(args.runs)
+    added = kept = 0
+    with open_store(args.db) as store:
+        for path in files:
+            if store.append(load_document(path)) is None:
+                kept += 1
+            else:
+                added += 1
+        total = store.run_count()
+    print(f"s2st-history: {added} run(s) added, {kept} already kept; {total} run(s) in {show(str(args.db))}")
+    return 0
+
+
+def _site(args: argparse.Namespace) -> int:
+    from ..history.site import write_site
+    from ..history.store import open_store
+
+    with open_store(args.db) as store:
+        pages = write_site(store, args.out, args.commit_url)
+    print(f"s2st-history: {len(pages)} page(s) -> {args.out / 'index.html'}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from ..history.site import judge
+    from ..history.store import open_store
+
+    bad = 0
+    with open_store(args.db) as store:
+        for key in store.keys(args.branch, args.machine):
+            judged = judge(key, store.series(key, args.branch, args.machine), args.test, args.boundary, args.window)
+            newest = len(judged.values) - 1
+            for change in judged.changes:
+                word = "worse" if change.worse else "better"
+                print(f"{key.label()}: change point at run {change.index + 1} of {newest + 1}: {word} "
+                      f"x{change.ratio:.3f} (p={change.p_value:.2g})")
+            alert = next((a for a in judged.alerts if a.index == newest), None)
+            if alert is not None:
+                bad += 1
+                print(f"{key.label()}: the newest value {alert.value:.6g} is past the {args.test} threshold "
+                      f"{alert.limit:.6g} over the last {alert.window} runs (mean {alert.baseline:.6g})")
+    print(f"s2st-history: {bad} series past the window threshold")
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="s2st-history", description="Keep every run in a results database and see it "
+                                                            "over time (trend site, change points, alerts).")
+    parser.add_argument("--db", default=os.environ.get("S2ST_HISTORY") or ".benchmarks/s2st-history.sqlite",
+                        help="the database: a path, sqlite:///PATH or postgresql://... (default: $S2ST_HISTORY, "
+                             "else .benchmarks/s2st-history.sqlite)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser("import", help="add saved runs (files or folders of *.json)")
+    imp.add_argument("runs", nargs="+", type=path_arg)
+    site = sub.add_parser("site", help="write the static trend site")
+    site.add_argument("out", type=path_arg)
+    site.add_argument("--commit-url", help="a link for each point, with {commit} (e.g. "
+                                           "https://github.com/OWNER/REPO/commit/{commit})")
+    check = sub.add_parser("check", help="change points, and the newest run of each series against its window")
+    check.add_argument("--branch")
+    check.add_argument("--machine")
+    check.add_argument("--test", choices=("t", "z", "percent"), default="t")
+    check.add_argument("--boundary", type=_fraction, default=0.999,
+                       help="t/z: the one-sided quantile past which a value fires (default 0.999); percent: the "
+                            "fraction off the window's mean (0.05 = 5 %%)")
+    check.add_argument("--window", type=int_in(2, 10_000), default=30, help="runs of history judged against")
+    args = parser.parse_args(argv)
+    try:
+        return {"import": _import, "site": _site, "check": _check}[args.command](args)
+    except S2STError as exc:
+        return refuse("s2st-history", exc)
+    except OSError as exc:
+        return refuse("s2st-history", f"{exc.filename or ''}: {exc.strerror or exc}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Change points on one series, and the window threshold that judges a new value against its history.
+
+Change points: PELT (``ruptures``, l2 cost) on the logarithm of the values, so a step is relative (+10 % reads the
+same at 1 ms and 1 s). The penalty is BIC-like, ``PENALTY * sigma**2 * ln(n)``, where sigma is the series' own
+noise: the median absolute successive difference (robust to the steps themselves, as a standard deviation).
+The runs' own scatter, not the intervals each run claims: a mean of 5 rounds claims +-35 % (README's example)
+where successive runs differ by 1-2 %, and a floor at the claimed interval hid a +10 % step. Each candidate is then kept only when the segments on either side differ by
+a Welch t-test at ``P_VALUE`` and by more than ``MIN_STEP``: PELT places steps, the test decides whether they
+are real. Why not apache-otava (E-divisive): it pins numpy 2.2 and pulls cloud clients; ruptures needs numpy and
+scipy only.
+
+Window threshold (Bencher's statistical threshold): a new value against the last ``window`` values of its
+series: a one-sided t-test (``t``: the value against the window's mean, scaled by its standard deviation and
+sqrt(1 + 1/n)), a z-score (``z``), or a percentage off the window's mean (``percent``). Only the metric's bad
+direction fires (slower, larger, a lower BLEU), and never for a value within ``MIN_STEP`` of the window's mean: a
+series steady to 0.05 % (a deterministic count, a busy-wait) would otherwise fire on one preempted round.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import mean, median, stdev
+from typing import Sequence
+
+PENALTY = 6.0
+P_VALUE = 0.001
+MIN_STEP = 0.005       # a relative step below 0.5 % is not called a change, whatever the test says
+MIN_SEGMENT = 3        # points on each side of a change point
+TESTS = ("t", "z", "percent")
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int           # the first point after the change
+    before: float        # median of the segment before
+    after: float         # median of the segment after
+    p_value: float
+    worse: bool          # in the metric's bad direction
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before if self.before else math.inf
+
+
+@dataclass(frozen=True)
+class Alert:
+    index: int
+    value: float
+    baseline: float      # the window's mean
+    limit: float         # the value past which it fires
+    statistic: float     # t / z score, or the relative change for percent
+    test: str
+    window: int
+
+
+def _logs(values: Sequence[float]) -> list[float] | None:
+    return [math.log(v) for v in values] if values and all(v > 0 for v in values) else None
+
+
+def noise(values: Sequence[float]) -> float:
+    """Sigma of the log values: successive differences' MAD (x1.4826 / sqrt 2)."""
+    diffs = [abs(b - a) for a, b in zip(values, values[1:])]
+    sigma = 1.4826 * median(diffs) / math.sqrt(2) if diffs else 0.0
+    return max(sigma, 1e-9)  # a deterministic series (FLOPs): any step is a change
+
+
+def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
+    from scipy import stats
+
+    va = stdev(a) ** 2 if len(a) > 1 else 0.0
+    vb = stdev(b) ** 2 if len(b) > 1 else 0.0
+    if va == 0 and vb == 0:
+        return 0.0 if mean(a) != mean(b) else 1.0
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def change_points(values: Sequence[float], higher_is_better: bool = False, penalty: float = PENALTY) -> list[ChangePoint]:
+    """Where the series steps; values must be > 0 (a series with a zero or negative value is judged as is)."""
+    import numpy as np
+    import ruptures
+
+    logs = _logs(values)
+    series = logs if logs is not None else [float(v) for v in values]
+    n = len(series)
+    if n < 2 * MIN_SEGMENT:
+        return []
+    sigma = noise(series)
+    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(np.asarray(series).reshape(-1, 1))
+    ends = algo.predict(pen=penalty * sigma * sigma * math.log(n))
+    bounds = [0] + ends
+    out = []
+    for k in range(1, len(bounds) - 1):
+        left, right = series[bounds[k - 1]:bounds[k]], series[bounds[k]:bounds[k + 1]]
+        before, after = median(values[bounds[k - 1]:bounds[k]]), median(values[bounds[k]:bounds[k + 1]])
+        step = abs(median(right) - median(left)) if logs is not None else abs(after - before) / (abs(before) or 1.0)
+        p = _welch_p(left, right)
+        if p < P_VALUE and step > MIN_STEP:
+            out.append(ChangePoint(bounds[k], before, after, p, (after < before) if higher_is_better else (after > before)))
+    return out
+
+
+def _t_quantile(q: float, df: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
+def _z_quantile(q: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(q)
+
+
+def window_alert(history: Sequence[float], value: float, index: int, test: str = "t", boundary: float = 0.99,
+                 window: int = 30, higher_is_better: bool = False) -> Alert | None:
+    """The new value against the last ``window`` values before it; an Alert when it is past the boundary in the
+    bad direction. ``boundary``: a quantile in (0.5, 1) for t and z, a fraction (0.05 = 5 %) for percent."""
+    past = list(history[-window:])
+    if len(past) < 2:
+        return None  # no history to judge against: not an alert, not a pass either (the caller says so)
+    base, sign = mean(past), (-1.0 if higher_is_better else 1.0)
+    if base and (value - base) * sign / abs(base) <= MIN_STEP:
+        return None
+    if test == "percent":
+        limit = base * (1 + sign * boundary)
+        rel = (value - base) / base if base else 0.0
+        fired = rel * sign > boundary
+        return Alert(index, value, base, limit, rel, test, len(past)) if fired else None
+    sd = stdev(past)
+    if test == "t":
+        scale, q = sd * math.sqrt(1 + 1 / len(past)), _t_quantile(boundary, len(past) - 1)
+    elif test == "z":
+        scale, q = sd, _z_quantile(boundary)
+    else:
+        raise ValueError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
+    limit = base + sign * q * scale
+    if scale == 0:
+        score = math.inf if value != base else 0.0
+        score = score if (value - base) * sign > 0 else -score
+    else:
+        score = (value - base) * sign / scale
+    return Alert(index, value, base, limit, score, test, len(past)) if score > q else None
+
+
+def window_alerts(values: Sequence[float], test: str = "t", boundary: float = 0.99, window: int = 30,
+                  higher_is_better: bool = False, min_history: int = 5) -> list[Alert]:
+    """Every point judged against the points before it (the trend page marks them)."""
+    out = []
+    for i in range(min_history, len(values)):
+        alert = window_alert(values[:i], values[i], i, test, boundary, window, higher_is_better)
+        if alert is not None:
+            out.append(alert)
+    return out

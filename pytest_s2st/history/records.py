@@ -1,0 +1,220 @@
+"""One saved run -> the rows the history keeps (pytest-free, standard library only).
+
+A document is what ``--benchmark-json`` / ``--benchmark-autosave`` write: pytest-benchmark's
+``machine_info``, ``commit_info``, ``datetime`` and ``benchmarks``. Rows of this plugin carry every metric
+with its method and interval (``extra_info.s2st``, ``extra_info.s2st_service``); a plain
+pytest-benchmark row gives its runtime alone (the mean, with a t-based 95% interval from its stddev).
+
+A point is one value of one series: (benchmark, part, metric, statistic). ``part`` is ``total`` for a
+case, a stage's name, or ``c<N>`` for a service level. A metric measured as missing (n/a with a reason)
+is kept as a point without a value: the trend shows the gap, never a 0.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import S2STError
+from ..inputs import finite, load_json, show
+from ..metrics import BY_NAME, SERVICE_METRICS
+
+TOTAL = "total"
+MAX_TEXT = 500  # a free-text field kept from a document (a reason, a method): longer is cut, never refused
+
+
+@dataclass(frozen=True)
+class Run:
+    key: str                 # sha256 of the document: importing the same file twice adds nothing
+    run_time: str            # the document's datetime (ISO 8601)
+    machine: str             # machine_info.node
+    commit: str | None = None
+    branch: str | None = None
+    commit_time: str | None = None
+    dirty: bool | None = None
+    arch: str | None = None
+    cpu: str | None = None
+    python: str | None = None
+    torch: str | None = None
+    source: str | None = None  # the file it came from, or "session"
+
+
+@dataclass(frozen=True)
+class Point:
+    benchmark: str
+    part: str
+    metric: str
+    value: float | None
+    statistic: str = ""
+    low: float | None = None
+    high: float | None = None
+    n: int | None = None
+    method: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    benchmark: str
+    kind: str                # "gate" (the quality gate / budgets verdict) or "ab" (the A/B change)
+    verdict: str             # PASS / FAIL / INCONCLUSIVE, or the A/B's word (slower, faster, ...)
+    detail: str = ""
+
+
+@dataclass
+class Document:
+    run: Run
+    points: list[Point] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else show(value)
+    return text[:MAX_TEXT]
+
+
+def _branch(value: Any) -> str | None:
+    text = _text(value)
+    return None if text in (None, "", "(unknown)") else text  # pytest-benchmark's word for "not in git"
+
+
+def _t95(df: int) -> float:
+    """The two-sided 95% t quantile (pytest-benchmark keeps stddev and rounds, not an interval)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, df))
+
+
+def _interval(value: float | None, details: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    precision = finite(details.get("precision"))
+    if value is None or precision is None or precision < 0:
+        return None, None
+    return value * (1 - precision), value * (1 + precision)
+
+
+def _metric_points(benchmark: str, part: str, metrics: Any) -> list[Point]:
+    points = []
+    if not isinstance(metrics, Mapping):
+        return points
+    for name, m in metrics.items():
+        if not isinstance(m, Mapping) or name not in BY_NAME:
+            continue  # the metric table is the vocabulary: a name outside it has no direction, unit or title
+        details = m.get("details") if isinstance(m.get("details"), Mapping) else {}
+        value = finite(m.get("value"))
+        low, high = _interval(value, details)
+        rounds = details.get("rounds")
+        points.append(Point(benchmark, part, name, value, _text(details.get("statistic")) or "",
+                            low, high, rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None,
+                            _text(m.get("method")), None if value is not None else _text(m.get("reason") or "n/a")))
+    return points
+
+
+def _service_points(benchmark: str, data: Mapping[str, Any]) -> list[Point]:
+    level = data.get("concurrency")
+    summary = data.get("summary")
+    if not isinstance(level, int) or isinstance(level, bool) or not isinstance(summary, Mapping):
+        return []
+    part, points = f"c{level}", []
+    for metric in SERVICE_METRICS:
+        value = summary.get(metric.name)
+        if metric.stats:
+            stats = value if isinstance(value, Mapping) else {}
+            points += [Point(benchmark, part, metric.name, finite(stats.get(s)), s, method=metric.measured_by)
+                       for s in metric.stats if s in stats]
+        elif metric.name in summary:
+            points.append(Point(benchmark, part, metric.name, finite(value), method=metric.measured_by))
+    return points
+
+
+def _plain_points(benchmark: str, stats: Any) -> list[Point]:
+    if not isinstance(stats, Mapping):
+        return []
+    mean, sd, rounds = finite(stats.get("mean")), finite(stats.get("stddev")), stats.get("rounds")
+    if mean is None:
+        return []
+    low = high = None
+    if sd is not None and isinstance(rounds, int) and rounds > 1:
+        half = _t95(rounds - 1) * sd / math.sqrt(rounds)
+        low, high = mean - half, mean + half
+    return [Point(benchmark, TOTAL, "runtime_s", mean, "mean", low, high,
+                  rounds if isinstance(rounds, int) else None, "pytest-benchmark stats (mean, t-based 95% interval)")]
+
+
+def _verdicts(benchmark: str, block: Mapping[str, Any]) -> list[Verdict]:
+    out = []
+    verdict = block.get("verdict")
+    if isinstance(verdict, Mapping) and isinstance(verdict.get("status"), str):
+        reasons = verdict.get("reasons") if isinstance(verdict.get("reasons"), list) else []
+        out.append(Verdict(benchmark, "gate", verdict["status"][:20], _text("; ".join(map(str, reasons))) or ""))
+    info = block.get("ab")
+    if isinstance(info, Mapping) and isinstance(info.get("word"), str):
+        ratio = finite(info.get("ratio"))
+        out.append(Verdict(benchmark, "ab", info["word"][:40], f"x{ratio:.3f}" if ratio is not None else ""))
+    return out
+
+
+def _benchmark_rows(row: Any) -> tuple[list[Point], list[Verdict]]:
+    if not isinstance(row, Mapping) or not isinstance(row.get("fullname") or row.get("name"), str):
+        return [], []
+    name = _text(row.get("fullname") or row.get("name"))
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    points: list[Point] = []
+    verdicts: list[Verdict] = []
+    s2st, service = extra.get("s2st"), extra.get("s2st_service")
+    if isinstance(s2st, Mapping):
+        points += _metric_points(name, TOTAL, s2st.get("metrics"))
+        for stage in s2st.get("stages") or []:
+            if isinstance(stage, Mapping) and isinstance(stage.get("name"), str):
+                points += _metric_points(name, _text(stage["name"]), stage.get("metrics"))
+        verdicts += _verdicts(name, s2st)
+    elif isinstance(service, Mapping):
+        points += _service_points(name, service)
+        verdicts += _verdicts(name, service)
+    else:
+        points += _plain_points(name, row.get("stats"))
+    return points, verdicts
+
+
+def _torch_version(rows: list[Any]) -> str | None:
+    for row in rows:
+        s2st = row.get("extra_info", {}).get("s2st") if isinstance(row, Mapping) else None
+        runtime = s2st.get("runtime") if isinstance(s2st, Mapping) else None
+        if isinstance(runtime, Mapping) and isinstance(runtime.get("torch"), str):
+            return runtime["torch"]
+    return None
+
+
+def from_document(doc: Any, where: str, source: str | None = None) -> Document:
+    """A parsed document -> its run and rows; anything that is not a pytest-benchmark document is one line."""
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("benchmarks"), list):
+        raise S2STError(f"{where}: not a pytest-benchmark JSON document (no 'benchmarks' list)")
+    machine = doc.get("machine_info") if isinstance(doc.get("machine_info"), Mapping) else {}
+    commit = doc.get("commit_info") if isinstance(doc.get("commit_info"), Mapping) else {}
+    cpu = machine.get("cpu") if isinstance(machine.get("cpu"), Mapping) else {}
+    when = doc.get("datetime")
+    if not isinstance(when, str) or not when:
+        raise S2STError(f"{where}: no 'datetime': a run without its time cannot be placed in a history")
+    dirty = commit.get("dirty")
+    commit_id = commit.get("id")
+    run = Run(key=hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest(), run_time=when[:64],
+              machine=_text(machine.get("node")) or "unknown",
+              commit=_text(commit_id) if commit_id not in (None, "unversioned") else None,
+              branch=_branch(commit.get("branch")), commit_time=_text(commit.get("time")),
+              dirty=dirty if isinstance(dirty, bool) else None, arch=_text(machine.get("machine")),
+              cpu=_text(cpu.get("brand_raw")), python=_text(machine.get("python_version")),
+              torch=_torch_version(doc["benchmarks"]), source=_text(source))
+    out = Document(run)
+    for row in doc["benchmarks"]:
+        points, verdicts = _benchmark_rows(row)
+        out.points += points
+        out.verdicts += verdicts
+    return out
+
+
+def load_document(path: str | Path) -> Document:
+    return from_document(load_json(path, "saved run"), show(str(path)), str(path))

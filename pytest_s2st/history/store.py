@@ -1,0 +1,310 @@
+"""The results database: SQLite (standard library) or PostgreSQL (psycopg 3), one schema, versioned migrations.
+
+``open_store(url)``: a path or ``sqlite:///path`` is an SQLite file; ``postgresql://...`` a server (the
+``history`` extra installs psycopg). Both speak the same SQL below; only the id column and the parameter
+marker differ. Writers are safe side by side: SQLite in WAL mode takes the write lock up front
+(``BEGIN IMMEDIATE``) and waits for it; PostgreSQL serialises migrations on an advisory lock. A run is
+keyed by its document's hash, so importing the same file twice adds nothing.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import S2STError
+from ..inputs import show
+from .records import Document, Point, Run, Verdict
+
+DEFAULT_PATH = ".benchmarks/s2st-history.sqlite"
+WAIT_S = 60.0  # a writer waits this long for another's lock before it gives up (two CI jobs at once)
+_PG_LOCK = 0x5325_7354  # advisory lock id of the migration step ("S2sT")
+
+_RUN_FIELDS = tuple(f.name for f in fields(Run))
+_POINT_FIELDS = tuple(f.name for f in fields(Point))
+_VERDICT_FIELDS = tuple(f.name for f in fields(Verdict))
+_COLUMN = {"key": "run_key", "commit": "commit_id"}  # names that are SQL keywords
+
+
+def _col(name: str) -> str:
+    return _COLUMN.get(name, name)
+
+
+# Each migration is a list of statements; {id} is the dialect's auto-increment key. Append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE s2st_runs (id {id}, run_key TEXT NOT NULL UNIQUE, run_time TEXT NOT NULL, machine TEXT NOT NULL,"
+        " commit_id TEXT, branch TEXT, commit_time TEXT, dirty BOOLEAN, arch TEXT, cpu TEXT, python TEXT,"
+        " torch TEXT, source TEXT)",
+        "CREATE TABLE s2st_points (run_id BIGINT NOT NULL REFERENCES s2st_runs(id), benchmark TEXT NOT NULL,"
+        " part TEXT NOT NULL, metric TEXT NOT NULL, statistic TEXT NOT NULL, value DOUBLE PRECISION,"
+        " low DOUBLE PRECISION, high DOUBLE PRECISION, n INTEGER, method TEXT, reason TEXT)",
+        "CREATE INDEX s2st_points_series ON s2st_points (benchmark, part, metric, statistic)",
+        "CREATE TABLE s2st_verdicts (run_id BIGINT NOT NULL REFERENCES s2st_runs(id), benchmark TEXT NOT NULL,"
+        " kind TEXT NOT NULL, verdict TEXT NOT NULL, detail TEXT NOT NULL)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class SeriesKey:
+    benchmark: str
+    part: str
+    metric: str
+    statistic: str
+
+    def label(self) -> str:
+        stat = f" {self.statistic}" if self.statistic else ""
+        return f"{self.benchmark} [{self.part}] {self.metric}{stat}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One point of a series with the run it came from."""
+    run_id: int
+    run: Run
+    point: Point
+
+
+class Store:
+    dialect = ""
+    _marker = "?"
+    _id_type = ""
+
+    def __init__(self, conn: Any, where: str) -> None:
+        self.conn = conn
+        self.where = where
+        self._migrate()
+
+    # --- dialect hooks ---------------------------------------------------------------------------
+    def _begin_write(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self._marker)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- schema ----------------------------------------------------------------------------------
+    def version(self, cur: Any) -> int:
+        cur.execute("SELECT version FROM s2st_schema")
+        row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self) -> None:
+        cur = self.conn.cursor()
+        try:
+            self._begin_write(cur)
+            cur.execute("CREATE TABLE IF NOT EXISTS s2st_schema (version INTEGER NOT NULL)")
+            have = self.version(cur)
+            if have > SCHEMA_VERSION:
+                raise S2STError(f"{self.where}: history schema version {have} is newer than this pytest-s2st "
+                                f"understands ({SCHEMA_VERSION}): upgrade pytest-s2st")
+            for statements in MIGRATIONS[have:]:
+                for statement in statements:
+                    cur.execute(statement.format(id=self._id_type))
+            if have == 0:
+                cur.execute(self._sql("INSERT INTO s2st_schema (version) VALUES (?)"), (SCHEMA_VERSION,))
+            elif have < SCHEMA_VERSION:
+                cur.execute(self._sql("UPDATE s2st_schema SET version = ?"), (SCHEMA_VERSION,))
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    # --- writing ---------------------------------------------------------------------------------
+    def append(self, doc: Document) -> int | None:
+        """Adds one run with its rows in one transaction; None when that run is already kept."""
+        run = asdict(doc.run)
+        cols = ", ".join(_col(f) for f in _RUN_FIELDS)
+        marks = ", ".join("?" for _ in _RUN_FIELDS)
+        cur = self.conn.cursor()
+        try:
+            self._begin_write(cur)
+            cur.execute(self._sql(f"INSERT INTO s2st_runs ({cols}) VALUES ({marks}) "
+                                  "ON CONFLICT (run_key) DO NOTHING RETURNING id"), [run[f] for f in _RUN_FIELDS])
+            row = cur.fetchone()
+            if row is None:
+                self.conn.rollback()
+                return None
+            run_id = int(row[0])
+            cur.executemany(self._sql(f"INSERT INTO s2st_points (run_id, {', '.join(_POINT_FIELDS)}) VALUES "
+                                      f"(?, {', '.join('?' for _ in _POINT_FIELDS)})"),
+                            [(run_id, *(getattr(p, f) for f in _POINT_FIELDS)) for p in doc.points])
+            cur.executemany(self._sql(f"INSERT INTO s2st_verdicts (run_id, {', '.join(_VERDICT_FIELDS)}) VALUES "
+                                      f"(?, {', '.join('?' for _ in _VERDICT_FIELDS)})"),
+                            [(run_id, *(getattr(v, f) for f in _VERDICT_FIELDS)) for v in doc.verdicts])
+            self.conn.commit()
+            return run_id
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    # --- reading ---------------------------------------------------------------------------------
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
+        cur = self.conn.cursor()
+        cur.execute(self._sql(sql), list(params))
+        rows = cur.fetchall()
+        self.conn.commit()  # ends the read transaction (PostgreSQL opens one for every statement)
+        return rows
+
+    def _filters(self, branch: str | None, machine: str | None) -> tuple[str, list[Any]]:
+        where, params = [], []
+        if branch is not None:
+            where.append("r.branch = ?")
+            params.append(branch)
+        if machine is not None:
+            where.append("r.machine = ?")
+            params.append(machine)
+        return "".join(f" AND {w}" for w in where), params
+
+    def run_count(self) -> int:
+        return int(self._rows("SELECT COUNT(*) FROM s2st_runs")[0][0])
+
+    def keys(self, branch: str | None = None, machine: str | None = None) -> list[SeriesKey]:
+        extra, params = self._filters(branch, machine)
+        rows = self._rows("SELECT DISTINCT p.benchmark, p.part, p.metric, p.statistic FROM s2st_points p "
+                          f"JOIN s2st_runs r ON r.id = p.run_id WHERE 1 = 1{extra} "
+                          "ORDER BY p.benchmark, p.part, p.metric, p.statistic", params)
+        return [SeriesKey(*row) for row in rows]
+
+    def branches(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT branch FROM s2st_runs WHERE branch IS NOT NULL "
+                                         "ORDER BY branch")]
+
+    def machines(self) -> list[str]:
+        return [r[0] for r in self._rows("SELECT DISTINCT machine FROM s2st_runs ORDER BY machine")]
+
+    def series(self, key: SeriesKey, branch: str | None = None, machine: str | None = None) -> list[Entry]:
+        """The series in the order the runs were measured (commit time, then run time, then arrival)."""
+        extra, params = self._filters(branch, machine)
+        run_cols = ", ".join(f"r.{_col(f)}" for f in _RUN_FIELDS)
+        point_cols = ", ".join(f"p.{f}" for f in _POINT_FIELDS)
+        rows = self._rows(f"SELECT r.id, {run_cols}, {point_cols} FROM s2st_points p JOIN s2st_runs r "
+                          "ON r.id = p.run_id WHERE p.benchmark = ? AND p.part = ? AND p.metric = ? AND "
+                          f"p.statistic = ?{extra} ORDER BY COALESCE(r.commit_time, r.run_time), r.run_time, r.id",
+                          [key.benchmark, key.part, key.metric, key.statistic, *params])
+        out = []
+        for row in rows:
+            run_values = row[1:1 + len(_RUN_FIELDS)]
+            run = Run(**dict(zip(_RUN_FIELDS, run_values)))
+            if run.dirty is not None:
+                run = Run(**{**asdict(run), "dirty": bool(run.dirty)})  # SQLite keeps booleans as 0/1
+            point = Point(**dict(zip(_POINT_FIELDS, row[1 + len(_RUN_FIELDS):])))
+            out.append(Entry(int(row[0]), run, point))
+        return out
+
+    def verdicts(self, benchmark: str) -> dict[int, list[Verdict]]:
+        out: dict[int, list[Verdict]] = {}
+        for row in self._rows(f"SELECT run_id, {', '.join(_VERDICT_FIELDS)} FROM s2st_verdicts WHERE benchmark = ? "
+                              "ORDER BY run_id", [benchmark]):
+            out.setdefault(int(row[0]), []).append(Verdict(*row[1:]))
+        return out
+
+
+class SQLiteStore(Store):
+    dialect = "sqlite"
+    _marker = "?"
+    _id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
+
+    def __init__(self, path: Path) -> None:
+        where = show(str(path))
+        if path.exists() and not path.is_file():
+            raise S2STError(f"{where}: the history database is not a regular file")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=WAIT_S, isolation_level=None)  # transactions are ours
+            conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            raise S2STError(f"{where}: not a history database ({exc})") from None
+        except (OSError, sqlite3.Error) as exc:
+            raise S2STError(f"{where}: cannot open the history database: {exc}") from None
+        try:
+            super().__init__(_SQLiteConnection(conn), where)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise S2STError(f"{where}: not a history database ({exc})") from None
+
+    def _begin_write(self, cur: Any) -> None:
+        cur.execute("BEGIN IMMEDIATE")  # the write lock now: two writers wait for each other instead of failing
+
+
+class _SQLiteConnection:
+    """sqlite3 in autocommit mode with explicit transactions: commit/rollback only when one is open."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def cursor(self) -> Any:
+        return self._conn.cursor()
+
+    def commit(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PostgresStore(Store):
+    dialect = "postgresql"
+    _marker = "%s"
+    _id_type = "BIGSERIAL PRIMARY KEY"
+
+    def __init__(self, url: str) -> None:
+        where = _redacted(url)
+        try:
+            import psycopg
+        except ImportError:
+            raise S2STError(f"{where}: a PostgreSQL history needs psycopg: pip install 'pytest-s2st[history]'") from None
+        try:
+            conn = psycopg.connect(url, connect_timeout=int(WAIT_S))
+        except psycopg.Error as exc:
+            raise S2STError(f"{where}: cannot connect: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from None
+        super().__init__(conn, where)
+
+    def _begin_write(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))
+
+
+def _redacted(url: str) -> str:
+    """A URL for messages: the password never printed."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<history URL>"
+    if parts.password is None:
+        return show(url)
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return show(urllib.parse.urlunsplit(parts._replace(netloc=netloc)))
+
+
+def open_store(url: str | os.PathLike | None = None) -> Store:
+    text = os.fspath(url) if url is not None else DEFAULT_PATH
+    if text.startswith(("postgresql://", "postgres://")):
+        return PostgresStore(text)
+    if text.startswith("sqlite:///"):
+        text = text[len("sqlite:///") - 1:] if text.startswith("sqlite:////") else text[len("sqlite:///"):]
+    elif "://" in text:
+        raise S2STError(f"{show(text)}: a history is a file path, sqlite:///PATH or postgresql://...")
+    if not text or "\0" in text or "\n" in text:
+        raise S2STError(f"{show(text)}: not a usable path for the history database")
+    return SQLiteStore(Path(text))
+
