@@ -169,26 +169,4 @@ def test_content_rate_refused(ctype):
         oa.content_rate(ctype)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["input", "model", "voice", "response_format", "stream_format", "stream",
-                                        "speed", "seed", "sample_rate", "ref_audio", "speaker_embedding", "language", "other", "speaker", "task_type",
-                                        "max_new_tokens", "x_vector_only_mode", "stream_options"]),
-                       st.none() | st.booleans() | st.integers(-2**64, 2**64) | st.floats() | st.text(max_size=8)
-                       | st.lists(st.text(max_size=3) | st.floats() | st.lists(st.floats(), max_size=3), max_size=3)
-                       | st.fixed_dictionaries({}, optional={"id": st.text(max_size=3) | st.integers()}),
-                       max_size=6))
-def test_validate_openai_request_fuzzed(body):
-    try:
-        request, shape = oa.validate_openai_request(body, 4000)
-        fmt, stream_format = shape["format"], shape["stream_format"]
-    except ValueError as exc:
-        assert "\n" not in str(exc) and str(exc).split(":", 1)[0] in body or str(exc).startswith("input: required")
-        assert str(exc).split(":", 1)[0] not in ("other", "stream_options")  # unknown fields are never refused
-    else:
-        assert request["text"] == body["input"] and fmt in oa.RESPONSE_FORMATS and stream_format in oa.STREAM_FORMATS
-        voice = body.get("voice") if body.get("voice") is not None else body.get("speaker")  # vLLM-Omni's alias
-        voice = voice["id"] if isinstance(voice, dict) else voice  # OpenAI's voice object
-        assert request.get("voice") == voice
-        assert set(oa.ignored_fields(body)) == set(body) - {"input", "model", "voice", "response_format",
-                                                            "stream_format", "stream", "speed", "seed",
-                                                            "language", "speaker", "sample_rate"}
+# the server's request model is fuzzed in tests/test_service_request_model.py

@@ -2,8 +2,8 @@
 
 Client side (``--s2st-protocol openai``): the request body built from a workload item, and the pieces
 that read an answer: a bounded incremental WAV header parser and the SSE event reader of
-``speech.audio.delta`` / ``speech.audio.done``. Server side (``s2st-serve``): the request check and
-the event bytes. Nothing here does I/O; every parser raises ValueError with a one-line reason.
+``speech.audio.delta`` / ``speech.audio.done``. Server side (``s2st-serve``): the error shape and the
+event bytes (the request's validation is request_model.py's, with pydantic, which only the server imports). Nothing here does I/O; every parser raises ValueError with a one-line reason.
 
 What was copied from where (behaviour, not text):
 - The request, from vLLM-Omni's benchmark backend ``openai-audio-speech``
@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import struct
 from typing import Any
 
 from ..inputs import loads_finite
-from .resample import MAX_SPEED, MIN_SPEED
 
 OWN, OPENAI = "s2st", "openai"
 PROTOCOLS = (OWN, OPENAI)
@@ -78,6 +76,8 @@ def parse_extra_body(value: Any) -> dict:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"must be a JSON object ({exc})") from None
+    if data.get("sample_rate") is not None:  # the rate the answers are read at (wire.OpenAI.pcm_rate)
+        check_rate(data["sample_rate"], "extra body")
     return dict(data)
 
 
@@ -236,152 +236,13 @@ class WavReader:
 
 # --- server side -------------------------------------------------------------------------------------------
 
-RESPONSE_FORMATS = ("pcm", "wav")  # of OpenAI's mp3, opus, aac, flac, wav, pcm: the lossless, codec-free ones
-STREAM_FORMATS = ("audio", "sse")
-# request field -> (accepted types, required): the fields this server acts on. "language" is vLLM-Omni's
-# extension, "seed" this server's; "speaker" is vLLM-Omni's alias of "voice" (AliasChoices("voice", "speaker")).
-_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "input": ((str,), True),
-    "model": ((str,), False),
-    "voice": ((str, dict), False),  # OpenAI's custom voice object {"id": ...}, as vLLM-Omni takes it
-    "speaker": ((str, dict), False),
-    "instructions": ((str,), False),
-    "language": ((str,), False),
-    "response_format": ((str,), False),
-    "stream_format": ((str,), False),
-    "stream": ((bool,), False),
-    "speed": ((int, float), False),
-    "seed": ((int,), False),
-    "sample_rate": ((int,), False),  # vLLM-Omni's: the rate of the returned audio (resampled here)
-}
-INT64 = (-(2**63), 2**63)  # vLLM-Omni's bound of a seed (ge=-2**63, le=2**63-1)
-# vLLM-Omni's speech request fields this server accepts and does not act on (its Qwen3-TTS extensions:
-# voice cloning, codec chunking, token budget), type-checked as vLLM-Omni's pydantic model does
-# (vllm_omni/entrypoints/openai/protocol/audio.py, OpenAICreateSpeechRequest).
-VLLM_OMNI_IGNORED: dict[str, tuple[type, ...]] = {
-    "task_type": (str,),
-    "ref_audio": (str, list),  # one reference, or vLLM-Omni's list of them
-    "ref_text": (str,),
-    "x_vector_only_mode": (bool,),
-    "speaker_embedding": (list,),  # a vector, or vLLM-Omni's list of vectors
-    "max_new_tokens": (int,),
-    "initial_codec_chunk_frames": (int,),
-}
-TASK_TYPES = ("CustomVoice", "VoiceDesign", "Base")
-# Any other field is dropped, as vLLM-Omni drops it: its request model is a plain pydantic BaseModel, whose
-# default (extra="ignore") discards unknown keys without an error (e.g. the chat API's "stream_options" or
-# vLLM's "ignore_eos" that ``vllm bench serve`` may merge in). The server logs each such field once.
+# The request's validation (pydantic, vLLM-Omni's declarations): request_model.py, imported by the server only.
 
 
 def is_openai_request(body: Any) -> bool:
     """OpenAI's speech request names its text "input"; this project's own names it "text". Anything that
     is not recognisably the own protocol (a non-object, {}, a body without "text") is answered as OpenAI's."""
     return not (isinstance(body, dict) and "text" in body and "input" not in body)
-
-
-def ignored_fields(body: dict) -> list[str]:
-    """The fields of a valid request this server accepted without acting on them (vLLM-Omni's and unknown ones)."""
-    return [name for name in body if name not in _FIELDS]
-
-
-def _check_type(name: str, value: Any, types: tuple[type, ...]) -> None:
-    if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-        names = " or ".join("object" if t is dict else t.__name__ for t in types)
-        raise ValueError(f"{name}: expected {names}, got {type(value).__name__}")
-
-
-def _finite_vector(value: Any) -> bool:
-    return (isinstance(value, list) and len(value) <= MAX_EMBEDDING_DIM
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value))
-
-
-MAX_EMBEDDING_DIM = 8192  # vLLM-Omni's max_length of speaker_embedding
-
-
-def _check_vllm_omni_fields(body: dict) -> None:
-    for name, types in VLLM_OMNI_IGNORED.items():
-        if body.get(name) is not None:
-            _check_type(name, body[name], types)
-    task = body.get("task_type")
-    if task is not None and task not in TASK_TYPES:
-        raise ValueError(f"task_type: {str(task)[:40]!r} is not one of {', '.join(TASK_TYPES)}")
-    for name in ("max_new_tokens", "initial_codec_chunk_frames"):
-        if body.get(name) is not None and body[name] < (1 if name == "max_new_tokens" else 0):
-            raise ValueError(f"{name}: must be >= {1 if name == 'max_new_tokens' else 0}, got {body[name]}")
-    ref_audio = body.get("ref_audio")
-    if isinstance(ref_audio, list) and (not ref_audio or not all(isinstance(x, str) for x in ref_audio)):
-        raise ValueError("ref_audio: a list of references must hold one or more strings")
-    embedding = body.get("speaker_embedding")
-    if embedding is not None:
-        if embedding and isinstance(embedding[0], list):  # vLLM-Omni's nested form: one vector per reference
-            if len(embedding) > MAX_EMBEDDING_DIM or not all(v and _finite_vector(v) for v in embedding):
-                raise ValueError(f"speaker_embedding: expected at most {MAX_EMBEDDING_DIM} non-empty vectors of "
-                                 f"at most {MAX_EMBEDDING_DIM} finite numbers, flat and nested not mixed")
-        elif not _finite_vector(embedding):
-            raise ValueError(f"speaker_embedding: expected at most {MAX_EMBEDDING_DIM} finite numbers "
-                             "(or a list of such vectors)")
-        if isinstance(ref_audio, str):  # as vLLM-Omni: a list of references may come with embeddings
-            raise ValueError("speaker_embedding: and ref_audio are mutually exclusive")
-
-
-def _voice(body: dict) -> str | None:
-    """"voice" wins over vLLM-Omni's alias "speaker"; an object {"id": ...} (OpenAI's custom voice) names its id."""
-    name = "voice" if body.get("voice") is not None else "speaker"
-    voice = body.get(name)
-    if isinstance(voice, dict):
-        if not isinstance(voice.get("id"), str):
-            raise ValueError(f"{name}: an object must name the voice as a string \"id\"")
-        voice = voice["id"]
-    return voice
-
-
-def validate_openai_request(body: Any, max_chars: int) -> tuple[dict, dict]:
-    """-> (synthesizer request {text, voice, language, instruct, seed}, answer shape {format, stream_format,
-    streamed, sample_rate, speed}); ValueError("<field>: <why>") naming the field ("body" when it is not a
-    JSON object). ``streamed``: False when the request says ``"stream": false`` and names no stream_format
-    (vLLM-Omni's rule: an explicit stream_format streams); ``sample_rate`` None keeps the model's rate."""
-    if not isinstance(body, dict):
-        raise ValueError(f"body: expected a JSON object, got {'null' if body is None else type(body).__name__}")
-    for name, (types, required) in _FIELDS.items():
-        value = body.get(name)
-        if value is None:
-            if required:
-                raise ValueError(f"{name}: required")
-            continue
-        _check_type(name, value, types)
-    _check_vllm_omni_fields(body)
-    text = body["input"]
-    if not text.strip():
-        raise ValueError("input: must not be empty")
-    if len(text) > max_chars:
-        raise ValueError(f"input: longer than {max_chars} characters")
-    fmt = body.get("response_format") or "wav"  # vLLM-Omni's default (OpenAI's mp3 needs a codec)
-    if fmt not in RESPONSE_FORMATS:
-        raise ValueError(f"response_format: {fmt!r} is not served here; use one of {', '.join(RESPONSE_FORMATS)}")
-    streamed = body.get("stream_format") is not None or body.get("stream") is not False
-    stream_format = body.get("stream_format") or "audio"
-    if stream_format not in STREAM_FORMATS:
-        raise ValueError(f"stream_format: {stream_format!r}; use one of {', '.join(STREAM_FORMATS)}")
-    if stream_format == "sse" and fmt != "pcm":
-        raise ValueError("stream_format: sse carries pcm deltas here; set response_format to pcm")
-    speed = 1.0 if body.get("speed") is None else body["speed"]
-    if not MIN_SPEED <= speed <= MAX_SPEED:  # also NaN
-        raise ValueError(f"speed: must be in {MIN_SPEED}-{MAX_SPEED}, got {speed!r}")
-    seed = body.get("seed")
-    if seed is not None and not INT64[0] <= seed < INT64[1]:
-        raise ValueError("seed: must be in [-2**63, 2**63)")
-    rate = body.get("sample_rate")
-    if rate is not None and not 0 < rate <= MAX_RATE:
-        raise ValueError(f"sample_rate: must be in 1-{MAX_RATE}, got {rate}")
-    request = {"text": text}
-    voice = _voice(body)
-    if voice is not None:
-        request["voice"] = voice
-    for src, dst in (("language", "language"), ("instructions", "instruct"), ("seed", "seed")):
-        if body.get(src) is not None:
-            request[dst] = body[src]
-    return request, {"format": fmt, "stream_format": stream_format, "streamed": streamed, "sample_rate": rate,
-                     "speed": float(speed)}
 
 
 # status -> OpenAI's error "type" (https://platform.openai.com/docs/guides/error-codes)

@@ -20,7 +20,8 @@ default, as vLLM-Omni's; one non-streamed file), and ``stream_format: "sse"`` (p
 speech.audio.delta / speech.audio.done events. A body that is not recognisably the own protocol (no
 "text") is OpenAI's: every error under /v1/ then comes in OpenAI's shape {"error": {"message", "type",
 "param", "code"}} with OpenAI's status (400 malformed, 404 unknown model or path, 413 body over
-MAX_BODY_BYTES, 503 busy with Retry-After); vLLM-Omni's extra fields are accepted (see openai_api.py).
+MAX_BODY_BYTES, 503 busy with Retry-After, 405 with Allow for a wrong method on a served path); the body
+is validated by a declared pydantic model of vLLM-Omni's request (request_model.py).
 GET /v1/models/{id} answers one model card. The official ``openai`` SDK is a client of it
 (tests/test_service_openai.py), and so are the request shapes of vLLM-Omni's TTS benchmark clients
 (tests/test_service_vllm_omni.py).
@@ -48,6 +49,7 @@ from aiohttp import web
 from .. import runs
 from ..errors import S2STError
 from . import openai_api as oa
+from . import request_model
 from .resample import Resampler
 
 SPEECH_PATH = "/v1/audio/speech"
@@ -260,10 +262,10 @@ class _SpeechApp:
 
     def _note_ignored(self, body: dict) -> None:
         """Log each accepted-but-unused request field once per server, not once per request."""
-        for name in oa.ignored_fields(body):
+        for name in request_model.ignored_fields(body):
             if name not in self.ignored and len(self.ignored) < 64:  # bounded: a client may send any names
                 self.ignored.append(name)
-                known = "vLLM-Omni's field" if name in oa.VLLM_OMNI_IGNORED else "unknown field"
+                known = "vLLM-Omni's field" if name in request_model.VLLM_OMNI_FIELDS else "unknown field"
                 log.warning("s2st-serve: request field %r (%s) accepted and ignored, as vLLM-Omni ignores what it "
                             "does not use; logged once", name[:80], known)
 
@@ -272,12 +274,12 @@ class _SpeechApp:
         (response_format, stream_format) goes into ``shape``."""
         try:
             if openai:
-                fields, answer = oa.validate_openai_request(body, MAX_TEXT_CHARS)
+                fields, answer = request_model.validate_openai_request(body, MAX_TEXT_CHARS)
                 shape.update(answer, characters=len(fields["text"]))
             else:
                 fields = validate_request(body)
         except ValueError as exc:
-            name = str(exc).split(":", 1)[0]
+            name = getattr(exc, "field", None) or str(exc).split(":", 1)[0]
             return self._error(openai, 400, str(exc), None if name == "body" else name)
         if openai:  # after validation, as vLLM checks the model after its request model parsed
             if body.get("model") is not None and body["model"] not in self.model_ids:
