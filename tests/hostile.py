@@ -221,6 +221,149 @@ def _then_hold(status: str, ctype: str | None, extra: str = "", length: int | No
     return answer
 
 
+# --- lies a server can tell: answers that look like good audio and are not ---------------------------------
+
+def asked_rate(req: Request) -> int:
+    """The rate the request asks for (``"sample_rate"``, vLLM-Omni's field, from --s2st-extra-body), else RATE."""
+    rate = json.loads(req.body or b"{}").get("sample_rate")
+    return rate if isinstance(rate, int) else RATE
+
+
+def tone(seconds: float, rate: int) -> bytes:
+    """``seconds`` of int16 LE mono at ``rate``: PCM's byte pattern, so no two neighbouring bytes are equal."""
+    n = 2 * round(seconds * rate)
+    return PCM * (n // len(PCM)) + PCM[: n % len(PCM)]
+
+
+def wav_file(pcm: bytes, rate: int, channels: int = 1) -> bytes:
+    return (b"RIFF" + (36 + len(pcm)).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+            + (1).to_bytes(2, "little") + channels.to_bytes(2, "little") + rate.to_bytes(4, "little")
+            + (rate * 2 * channels).to_bytes(4, "little") + (2 * channels).to_bytes(2, "little")
+            + (16).to_bytes(2, "little") + b"data" + len(pcm).to_bytes(4, "little") + pcm)
+
+
+PRESEND_DELAY_S = 0.3
+
+
+async def presend(req: Request, w: Writer, ctx: Ctx) -> None:
+    """Every answer takes 0.3 s; then one more complete answer nobody asked for, on the kept-alive connection.
+    Both name the request they answer (X-Request-Id, as vLLM's --enable-request-id-headers echoes it)."""
+    await asyncio.sleep(PRESEND_DELAY_S)
+    echo = f"X-Request-Id: {req.headers.get('x-request-id', '')}\r\n"
+    if req.openai:
+        answer = head("200 OK", f"audio/pcm;rate={RATE}", len(PCM), echo) + PCM
+    else:
+        body = good_events(req)
+        answer = head("200 OK", "text/event-stream", len(body), echo) + body
+    w.write(answer)
+    await w.drain()
+    await asyncio.sleep(0.02)  # its own segment: not in the read that ended the real answer
+    w.write(answer)
+
+
+async def pcm_no_rate(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s at the asked rate as ``audio/pcm`` naming no rate (vLLM-Omni 0.30's answer)."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    pcm = tone(0.5, asked_rate(req))
+    w.write(head("200 OK", "audio/pcm", len(pcm)) + pcm)
+
+
+async def sse_no_rate(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s at the asked rate as OpenAI SSE deltas naming no rate (vLLM-Omni's deltas carry none)."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    body = good_events(req, tone(0.5, asked_rate(req)))
+    w.write(head("200 OK", "text/event-stream", len(body)) + body)
+
+
+async def nul_encoding(req: Request, w: Writer, ctx: Ctx) -> None:
+    """A gzip body under a header named ``Content-Encoding\\0`` (no valid field name: curl refuses it)."""
+    raw = good_events(req) if not req.openai else PCM * 20
+    body = gzip.compress(raw)
+    ctype = "text/event-stream" if not req.openai else f"audio/pcm;rate={RATE}"
+    w.write(head("200 OK", ctype, len(body), "Content-Encoding\0: gzip\r\n") + body)
+
+
+async def stereo(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s of two-channel PCM, said so in the Content-Type."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    pcm = tone(0.5, RATE * 2)  # 2 x 12,000 frames
+    w.write(head("200 OK", f"audio/pcm;rate={RATE};channels=2", len(pcm)) + pcm)
+
+
+def big_endian(pcm: bytes) -> bytes:
+    swapped = bytearray(pcm)
+    swapped[0::2], swapped[1::2] = pcm[1::2], pcm[0::2]
+    return bytes(swapped)
+
+
+async def l16(req: Request, w: Writer, ctx: Ctx) -> None:
+    """RFC 2586's audio/L16: big-endian samples (0.5 s), in pieces that split samples."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    pcm = big_endian(tone(0.5, RATE))
+    w.write(head("200 OK", f"audio/L16;rate={RATE}"))
+    for i in range(0, len(pcm), 4097):  # odd pieces: a sample split across two of them
+        w.write(chunk(pcm[i:i + 4097]))
+        await w.drain()
+    w.write(b"0\r\n\r\n")
+
+
+async def done_rate(req: Request, w: Writer, ctx: Ctx) -> None:
+    """Own SSE: audio events at 24 kHz, then a done event naming 16 kHz (count and hash right)."""
+    if req.openai:
+        return await ok(req, w, ctx)
+    body = good_events(req).replace(b'"sample_rate":24000,"pcm_sha256"', b'"sample_rate":16000,"pcm_sha256"')
+    assert body.count(b'"sample_rate":16000') == 1
+    w.write(head("200 OK", "text/event-stream", len(body)) + body)
+
+
+async def wav_as_pcm(req: Request, w: Writer, ctx: Ctx) -> None:
+    """A whole WAV file (header and all) sent as audio/pcm, or as the first SSE delta's audio."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    wav = wav_file(tone(0.5, RATE), RATE)
+    if b'"sse"' in req.body:  # the request asked stream_format sse
+        body = good_events(req, wav)
+        w.write(head("200 OK", "text/event-stream", len(body)) + body)
+    else:
+        w.write(head("200 OK", f"audio/pcm;rate={RATE}", len(wav)) + wav)
+
+
+def max_pcm() -> bytes:
+    """The audio of two max-size events (max_events), as one raw PCM or WAV answer: ~524 s at 24 kHz."""
+    return max_event_pcm() * 2
+
+
+async def _send_chunked(w: Writer, ctype: str, body: bytes) -> None:
+    w.write(head("200 OK", ctype))
+    for i in range(0, len(body), BLOCK):
+        w.write(chunk(body[i:i + BLOCK]))
+        await w.drain()
+    w.write(b"0\r\n\r\n")
+
+
+_MAX_BODIES: dict[str, bytes] = {}
+
+
+async def max_raw(req: Request, w: Writer, ctx: Ctx) -> None:
+    if not req.openai:
+        return await max_events(req, w, ctx)
+    if "pcm" not in _MAX_BODIES:
+        _MAX_BODIES["pcm"] = max_pcm()
+    await _send_chunked(w, f"audio/pcm;rate={RATE}", _MAX_BODIES["pcm"])
+
+
+async def max_wav(req: Request, w: Writer, ctx: Ctx) -> None:
+    if not req.openai:
+        return await max_events(req, w, ctx)
+    if "wav" not in _MAX_BODIES:
+        _MAX_BODIES["wav"] = wav_file(max_pcm(), RATE)
+    await _send_chunked(w, "audio/wav", _MAX_BODIES["wav"])
+
+
 # --- answers to the untimed GETs (/identity, /v1/models) ----------------------------------------------------
 
 async def get_ok(req: Request, w: Writer, ctx: Ctx) -> None:
@@ -280,6 +423,11 @@ async def get_hold(req: Request, w: Writer, ctx: Ctx) -> None:
     await hold(w)
 
 
+async def by_path(req: Request, w: Writer, ctx: Ctx) -> None:
+    """POST /<mode>/...: that mode's answer (one server, an endpoint per mode: the pytest-path tests)."""
+    await MODES[req.path.split("/")[1]][0](req, w, ctx)
+
+
 # mode -> (POST answer, GET answer); the issue's table first, then more of our own
 MODES: dict[str, tuple[Handler, Handler]] = {
     "ok": (ok, get_ok),
@@ -304,6 +452,18 @@ MODES: dict[str, tuple[Handler, Handler]] = {
     "html_hold": (_then_hold("200 OK", "text/html"), get_ok),
     "sse_hold": (_then_hold("200 OK", "text/event-stream", length=None), get_ok),
     "pcm_hold": (_then_hold("200 OK", "audio/pcm", length=None), get_ok),
+    # lies a server can tell (tests/test_service_lies.py)
+    "presend": (presend, get_ok),
+    "pcm_no_rate": (pcm_no_rate, get_ok),
+    "sse_no_rate": (sse_no_rate, get_ok),
+    "nul_encoding": (nul_encoding, get_ok),
+    "stereo": (stereo, get_ok),
+    "l16": (l16, get_ok),
+    "done_rate": (done_rate, get_ok),
+    "wav_as_pcm": (wav_as_pcm, get_ok),
+    "max_raw": (max_raw, get_ok),
+    "max_wav": (max_wav, get_ok),
+    "by_path": (by_path, get_ok),
 }
 
 
@@ -368,8 +528,9 @@ async def hostile(mode: str):
 
 def serve(mode: str, port_file: str) -> None:
     """In its own process: write the port to ``port_file`` once listening, serve until killed."""
-    if mode == "max_events":
+    if mode in ("max_events", "max_raw", "max_wav"):
         _max_events(True), _max_events(False)  # built before the port is announced
+        _MAX_BODIES.update(pcm=max_pcm(), wav=wav_file(max_pcm(), RATE))
     if mode == "get_gzip_bomb":
         global BOMB_INFLATED
         BOMB_INFLATED = 256 * 1024 * 1024

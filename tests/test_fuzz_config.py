@@ -11,16 +11,28 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_s2st.cases import load_case
+from pytest_s2st.gate import gate_policy, given_references, quality_keys
 from pytest_s2st.errors import S2STError
 from pytest_s2st.settings import SETTINGS
+
+from helpers import make_dataset
 
 COUNTS: dict[str, dict[str, int]] = {}
 SETTINGS_FUZZ = settings(max_examples=300, deadline=None, database=None,
                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
+
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path, monkeypatch):
+    """A fuzzed dump_dir that loads ("fast", "1,2") is created where it points, relative to the working
+    directory: here, not in the checkout (they left folders such as "None" in the repository root)."""
+    monkeypatch.chdir(tmp_path)
+
 KEYS = ["model_type", "name", "dataset_path", "dataset_type", "targets", "serves_speech", "target_sr", "entry",
-        "path", "data", "vocoder", "cpu", "quality", "baseline", "anchors", "workload", "concurrency", "${X}"] + \
-       [s.name for s in SETTINGS]
+        "path", "data", "vocoder", "cpu", "quality", "baseline", "anchors", "workload", "concurrency", "${X}",
+        "references", "target_lang", "referenses", "ttfa_s", "rtf"] + [s.name for s in SETTINGS]
+# the quality: section: every policy and plugin key, a few typos of them
+QUALITY_KEYS = quality_keys() + ["min_blue", "asr_model_dri", "Baseline", ""]
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
                     st.text(max_size=20), st.sampled_from(["callable", "TTS", "S2UT", "3StageS2ST", "../x", "~",
                                                            "$HOME", "${NOPE}", "a:b.py:c", "1,2", "fast"]))
@@ -71,6 +83,55 @@ def test_a_valid_case_with_random_keys_is_a_case_or_one_line(tmp_path, general, 
     path = tmp_path / "fuzz.yaml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8", errors="surrogatepass")
     _count("valid+random", _load(path))
+
+
+@SETTINGS_FUZZ
+@given(quality=st.dictionaries(st.sampled_from(QUALITY_KEYS), values, max_size=5),
+       references=st.one_of(st.none(), values, st.sampled_from(["refs.txt", "missing.txt", "", "dir", "latin.txt"])))
+def test_a_valid_case_with_a_random_quality_section_and_references_is_a_case_or_one_line(tmp_path, quality, references):
+    """The quality section's keys and types (asr_model_dir: 42 was a TypeError after the run) and
+    general.references of any type, or naming a good, missing, Latin-1 file or a folder: a case or one line."""
+    (tmp_path / "refs.txt").write_text("a\nb\nc\n")
+    (tmp_path / "latin.txt").write_bytes(b"caf\xe9\nb\nc\n")
+    (tmp_path / "dir").mkdir(exist_ok=True)
+    make_dataset(tmp_path / "data.npy")
+    general = {"model_type": "callable", "dataset_path": "data.npy"}
+    if references is not None:
+        general["references"] = references
+    doc = {"general": general, "stage1": {"entry": "m.py:f"}, "quality": quality}
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8", errors="surrogatepass")
+    outcome = _load(path)
+    if isinstance(references, str) and references in ("refs.txt", "missing.txt", "dir", "latin.txt", ""):
+        assert outcome == "refused" or references == "refs.txt", references  # only the good file loads
+    _count("quality+references", outcome)
+
+
+@SETTINGS_FUZZ
+@given(kwargs=st.dictionaries(st.sampled_from(QUALITY_KEYS), values, max_size=4))
+def test_any_gate_marker_keywords_are_a_policy_or_one_line(kwargs):
+    """s2st_gate(**kwargs) as the plugin checks it at setup: a Policy, or one line naming the marker."""
+    where = "test_x.py:3 (s2st_gate of test_x)"
+    try:
+        gate_policy(None, kwargs, where)
+        _count("marker", "loaded")
+    except S2STError as exc:
+        assert str(exc).startswith(where) and "\n" not in str(exc), str(exc)
+        _count("marker", "refused")
+
+
+@SETTINGS_FUZZ
+@given(references=values, count=st.integers(1, 4))
+def test_any_references_argument_is_a_list_of_strings_or_one_line(references, count):
+    where = "test_x.py::test_x: s2st_benchmark(model, inputs)"
+    try:
+        out = given_references(references, count, where)
+    except S2STError as exc:
+        assert str(exc).startswith(where) and "\n" not in str(exc), str(exc)
+        _count("references=", "refused")
+        return
+    assert len(out) == count and all(isinstance(r, str) and "\n" not in r for r in out)
+    _count("references=", "loaded")
 
 
 def test_a_huge_config_is_refused_without_reading_it(tmp_path):

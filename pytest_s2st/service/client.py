@@ -35,7 +35,8 @@ audio arrival), OpenAI's SSE events (speech.audio.delta / speech.audio.done) or 
 its end: TTFA = the whole response). Each protocol is one object (wire.PROTOCOLS: its request, its
 readers by Content-Type, its reasons' words); nothing here branches on its name. Records have the same
 fields either way. An answer in neither shape is that request's
-error naming what was expected and what came.
+error naming what was expected and what came; so is one whose X-Request-Id names another request of the
+run (a server that sent one answer more than asked: docs/service.md, "Lies a server can tell").
 
 Load: closed loop (``concurrency`` workers, each sending its next request when its last one ends), or,
 with a finite ``request_rate``, open loop for the measured phase (arrivals.py: seeded gamma arrivals as
@@ -106,10 +107,13 @@ class _Run:
     slots: list[Slot] = field(init=False)  # one per worker
     records: list[dict] = field(default_factory=list)
     writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
+    pcm_rate: int = field(init=False)  # of answers that name no rate (Protocol.pcm_rate)
+    ids: set[str] = field(default_factory=set)  # every request id this run has begun
 
     def __post_init__(self) -> None:
         self.limits = Limits(self.opts.max_audio_s)
         self.protocol = wire.protocol(self.opts.protocol)
+        self.pcm_rate = self.protocol.pcm_rate(self.opts)
         self.transport = wire.transport(self.opts.transport)(self)
         self.slots = [Slot() for _ in range(self.concurrency)]
         self.writer = Writer(self.out_dir)
@@ -144,6 +148,7 @@ class _Run:
     async def request(self, slot: Slot, item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
         record["due_t"] = due_t
+        self.ids.add(record["id"])
         body = self.body(item)
         pcm = self.writer.sink(record["id"])
         seen = Seen()
@@ -191,6 +196,12 @@ class _Run:
         record["http_status"] = resp.status
         seen.head_read(resp.status, resp.seen_type)
         why = not_an_answer(resp.status, resp.headers)
+        echoed = resp.headers.get("x-request-id")
+        if not why and echoed not in (None, record["id"]) and echoed in self.ids:
+            # a server that echoes the id (vLLM's --enable-request-id-headers) says whose answer this is:
+            # one sent unasked, before this request, is read as this one's where the two cross on the wire
+            why = (f"the answer names X-Request-Id {short(echoed)}: it answers that request, not this one "
+                   f"(the server sent one answer more than asked)")
         if why:
             resp.refuse()  # its body is not read
             raise Fail(why)
@@ -202,7 +213,7 @@ class _Run:
         if reader is None:
             raise Fail(f"expected {protocol.wanted} for protocol {protocol.name}; got "
                        f"{await resp.describe()}{protocol.wrong_type(resp.content_type)}")
-        await reader(Stream(resp, record, pcm, seen, protocol, self.limits, self.opts.sample_rate, self.now,
+        await reader(Stream(resp, record, pcm, seen, protocol, self.limits, self.pcm_rate, self.now,
                             self.writer.room))
 
     def _finish(self, record: dict, pcm: AudioSink) -> None:
@@ -464,6 +475,7 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
     _check_workload(workload)
     opts = opts.checked(concurrency, _LEVEL_KEYS)
     protocol = wire.protocol(opts.protocol)
+    protocol.pcm_rate(opts)  # a bad asked rate is refused before any folder or request
     url = speech_url(endpoint)
     endpoint = str(url)
     out_dir = Path(out_dir)

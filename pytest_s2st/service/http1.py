@@ -11,12 +11,15 @@ It speaks what a speech endpoint answers: a status line and headers, then a body
 responses are skipped. Every read is bounded by ``read_timeout_s`` (a stall); the caller bounds
 the whole request. Every byte it buffers is bounded too: the header block (``max_header_bytes``), a
 chunk-size or trailer line, and a chunk's announced size (``max_chunk_bytes``); chunk data is passed on
-as it arrives, never held whole. A crossed bound is TooLarge, naming the limit and its value.
+as it arrives, never held whole. A crossed bound is TooLarge, naming the limit and its value. A header
+line curl refuses (a name that is no token, a value holding NUL, CR or LF) is a ProtocolError, and a
+kept-alive connection carries the next request only when nothing came on it since (``quiet``).
 """
 from __future__ import annotations
 
 import asyncio
 import re
+import select
 import ssl
 import sys
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ _MAX_INTERIM = 16  # 1xx responses before the final one
 _READ_SIZE = 256 * 1024
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
 _DIGITS = re.compile(r"[0-9]+")
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a field name (RFC 9110 5.1, 5.6.2)
+_BAD_VALUE = re.compile(rb"[\x00\r\n]")  # RFC 9110 5.5: a value holding one is refused, never read as another
 
 
 class ProtocolError(Exception):
@@ -102,8 +107,28 @@ class Connection:
 
     @property
     def usable(self) -> bool:
-        """Still open, and the last response ended cleanly (a server's idle close is seen as EOF)."""
-        return self.reusable and not self._buf and not self.reader.at_eof() and not self.writer.is_closing()
+        """Still open, the last response ended cleanly, and nothing came since (``quiet``)."""
+        return self.reusable and not self.writer.is_closing() and self.quiet()
+
+    def quiet(self) -> bool:
+        """Nothing from the server since the last response's end: no byte in this buffer, the stream's or
+        the socket (a non-blocking look, nothing read), and no close. A request sent on a connection that is
+        not quiet would take what waits there for its answer: a server that sends one answer more than asked
+        would give it a TTFA of microseconds. (Over TLS, the socket's own bytes, e.g. a session ticket, are
+        not looked at: only what TLS has handed on.)"""
+        if self._buf or getattr(self.reader, "_buffer", None) or self.reader.at_eof():  # no public size
+            return False
+        sock = self.writer.get_extra_info("socket")
+        if sock is None or self.writer.get_extra_info("sslcontext") is not None:
+            return True
+        try:
+            if hasattr(select, "poll"):  # select.select fails past fd 1023
+                poller = select.poll()
+                poller.register(sock.fileno(), select.POLLIN)
+                return not poller.poll(0)
+            return not select.select([sock.fileno()], [], [], 0)[0]
+        except (OSError, ValueError):  # closed under us
+            return False
 
     def send(self, data: bytes) -> None:
         """Hand the request to the socket (asyncio writes at once when its buffer is empty)."""
@@ -164,7 +189,13 @@ class Connection:
                 name, sep, value = line.partition(b":")
                 if not sep or not name or name[:1] in (b" ", b"\t"):
                     raise ProtocolError(f"malformed header line: {line[:80]!r}")
-                key, text = name.strip().lower().decode("latin-1"), value.strip().decode("latin-1")
+                # a name that is no token (Content-Encoding\0) would be no header we act on, and its
+                # value (gzip) would pass unseen: refused, as curl and aiohttp refuse it
+                if not _TOKEN.fullmatch(name.rstrip(b" \t")):
+                    raise ProtocolError(f"malformed header name {name[:60]!r} (not an HTTP token)")
+                if _BAD_VALUE.search(value):
+                    raise ProtocolError(f"header {name[:60].decode('latin-1')!r}: its value holds NUL, CR or LF")
+                key, text = name.rstrip(b" \t").lower().decode("latin-1"), value.strip(b" \t").decode("latin-1")
                 headers[key] = f"{headers[key]}, {text}" if key in headers else text
             if 100 <= status < 200 and status != 101:
                 continue  # interim response (e.g. 100 Continue): the final one follows

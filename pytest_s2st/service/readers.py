@@ -9,18 +9,22 @@ A new wire format is a protocol object in wire.py naming its readers; an SSE one
 
 - own SSE ("s2st"): {"type": "audio", "pcm": base64, "sample_rate"} events, then {"type": "done", ...};
 - OpenAI SSE: speech.audio.delta (base64 "audio") events, then speech.audio.done (or [DONE]);
-- raw PCM (OpenAI's pcm): every body piece an arrival; the rate from the Content-Type, else the run's;
+- raw PCM (OpenAI's pcm): every body piece an arrival; the rate from the Content-Type, else the one asked
+  for (``Stream.sample_rate``); audio/L16 swapped from big-endian; more than one channel refused;
 - WAV: audio only when whole: one arrival at the body's end (TTFA = the whole response).
 
 Every byte a reader holds is bounded from ``max_audio_s`` (``Limits``): the audio, one SSE line and
-event, one HTTP chunk's announced size, the number of events or arrivals.
+event, one HTTP chunk's announced size, the number of events or arrivals. Audio that begins with a
+RIFF/WAVE header where samples were promised is refused (``Stream.not_a_wav``).
 """
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import functools
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
@@ -33,6 +37,7 @@ _EVENT_SLACK = 4096  # the JSON around one event's base64 PCM
 _DEFAULT_RATE = 48_000  # the PCM bound's rate until the stream names its own
 _MAX_RATE = 384_000  # a higher sample_rate is malformed (it would lift the PCM bound)
 _EVENTS_PER_AUDIO_S = 100  # one per 10 ms of the allowed audio: finer than streaming TTS sends
+_WAV_LEAD = 12  # "RIFF" <size> "WAVE": what marks a WAV file
 
 
 class Fail(Exception):
@@ -84,7 +89,23 @@ class Streamed:
 HOLD_BYTES = 256 * 1024  # an SSE line or event held whole; a larger one is streamed (Events)
 MAX_FIELDS = 64 * 1024  # a streamed event's JSON besides its audio field's base64
 _B64 = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
-_STR_STOP = re.compile(rb'["\\]')
+
+
+def _a2b_strict(block: Any) -> bytes:
+    """Whole base64 quanta -> bytes; ValueError unless every character is base64 and '=' only pads the end."""
+    if sys.version_info >= (3, 11):  # one C pass that checks as it decodes
+        return binascii.a2b_base64(block, strict_mode=True)
+    if not _B64.fullmatch(block):
+        raise ValueError("not base64")
+    return binascii.a2b_base64(block)
+
+
+def _str_stop(raw: bytes, i: int, n: int) -> int:
+    """Where a JSON string's text stops in raw[i:n]: its closing quote or a backslash, else n."""
+    quote = raw.find(b'"', i, n)
+    end = n if quote < 0 else quote
+    backslash = raw.find(b"\\", i, end)
+    return end if backslash < 0 else backslash
 _JSON_SPACE = frozenset(b" \t\r\n")
 
 
@@ -120,10 +141,13 @@ class _Scanner:
         block, self._carry = buf[:n], bytes(buf[n:])
         if not block:
             return
-        if self._padded or len(block) % 4 or not _B64.fullmatch(block):
-            raise Fail(f"malformed SSE event: its {self.key.decode()!r} is not base64")
+        if self._padded or len(block) % 4:
+            raise self._bad()
+        try:
+            chunk = _a2b_strict(block)
+        except ValueError:  # binascii.Error
+            raise self._bad() from None
         self._padded = block[-1:] == b"="
-        chunk = binascii.a2b_base64(block)
         self.audio_bytes += len(chunk)
         self.on_audio(chunk)
 
@@ -131,7 +155,8 @@ class _Scanner:
         return Fail(f"malformed SSE event: its {self.key.decode()!r} is not base64")
 
     def feed(self, data: Any) -> None:
-        data = data if isinstance(data, memoryview) else memoryview(data)
+        raw = data if isinstance(data, bytes) else bytes(data)  # bytes.find (memchr): a regex search ran ~10x slower
+        data = memoryview(raw)
         i, n = 0, len(data)
         while i < n:
             if self._audio:
@@ -142,11 +167,10 @@ class _Scanner:
                     self._decode(b"/")
                     i += 1
                     continue
-                m = _STR_STOP.search(data, i)
-                j = n if m is None else m.start()
+                j = _str_stop(raw, i, n)
                 if j > i:
                     self._decode(data[i:j])
-                if m is None:
+                if j == n:
                     return
                 if data[j] == 0x5C:  # backslash
                     self._esc = True
@@ -165,14 +189,13 @@ class _Scanner:
                         self._key += data[i:i + 1]
                     i += 1
                     continue
-                m = _STR_STOP.search(data, i)
-                j = n if m is None else m.start()
-                self._grow(data[i:n if m is None else j + 1])
+                j = _str_stop(raw, i, n)
+                self._grow(data[i:n if j == n else j + 1])
                 if self._is_key:
                     self._key += data[i:j]
                     if len(self._key) > MAX_FIELDS:
                         raise Fail(f"an SSE event's fields besides its audio passed {MAX_FIELDS} bytes")
-                if m is None:
+                if j == n:
                     return
                 if data[j] == 0x5C:
                     self._esc = True
@@ -415,6 +438,18 @@ class Stream:
     sample_rate: int  # raw PCM answers that do not name their rate
     now: Callable[[], float]
     room: Callable[[], Awaitable[None]]  # waits while the evidence writer is behind (backpressure)
+    lead: bytes = b""  # the audio's first bytes, until a RIFF/WAVE header is ruled out (``not_a_wav``)
+
+    def not_a_wav(self, data: Any) -> None:
+        """Before ``data`` goes to the sink: the audio must not begin with a RIFF/WAVE header (a whole WAV
+        file sent where int16 samples were promised: its header would be read as samples)."""
+        if self.pcm.size >= _WAV_LEAD or self.pcm.size > len(self.lead):
+            return
+        self.lead += bytes(data[: _WAV_LEAD - len(self.lead)])
+        if len(self.lead) >= _WAV_LEAD and self.lead[:4] == b"RIFF" and self.lead[8:12] == b"WAVE":
+            what = self.body.content_type or "audio"
+            raise Fail(f"the audio begins with a RIFF/WAVE header: a WAV file sent as {what} "
+                       f"(its header would be read as samples)")
 
     def audio(self, chunk: bytes | int, t: float, rate: int) -> None:
         """One audio arrival of ``chunk`` at ``t``, within the audio and arrival bounds (an int: that many
@@ -427,6 +462,7 @@ class Stream:
             raise Fail(f"response passed {self.limits.events} audio chunks "
                        f"(max_audio_s={self.limits.max_audio_s:g} allows {_EVENTS_PER_AUDIO_S} per audio second)")
         if not isinstance(chunk, int):
+            self.not_a_wav(chunk)
             self.pcm.add(chunk)
         self.record["chunks"].add(t, n)
         if self.record["first_audio_t"] is None and self.pcm.size >= 2:  # a whole int16 sample has arrived
@@ -442,6 +478,7 @@ class Stream:
             if self.pcm.size + len(chunk) > cap:
                 raise Fail(f"response audio passed max_audio_s={self.limits.max_audio_s:g} "
                            f"({cap} bytes at {rate() or _DEFAULT_RATE} Hz)")
+            self.not_a_wav(chunk)
             self.pcm.add(chunk)
         return add
 
@@ -589,6 +626,7 @@ class OwnSse(SseDialect):
         named = record["sample_rate"] is None
         record["sample_rate"] = rate
         if chunk is not None:
+            s.not_a_wav(chunk)
             s.pcm.add(chunk)
         record["chunks"].add(t, n)
         if n and record["first_audio_t"] is None:
@@ -597,6 +635,11 @@ class OwnSse(SseDialect):
             _follow_rate(s, events, rate)
 
     def finish(self, s: Stream, events: "Events", done: dict) -> None:
+        # the done event's count and hash are checked later (client, evidence writer); its rate here: audio
+        # events at 24 kHz under a done naming 16 kHz are no answer to take either way
+        rate, heard = done.get("sample_rate"), s.record["sample_rate"]
+        if rate is not None and heard is not None and (isinstance(rate, bool) or rate != heard):
+            raise Fail(f"done event says sample_rate {short(rate)}, its audio events {heard}")
         s.record["streaming"] = done.get("streaming")
         s.record["server_done"] = {k: done.get(k) for k in ("samples", "sample_rate", "pcm_sha256")}
 
@@ -652,22 +695,94 @@ async def read_openai_sse(s: Stream) -> None:
     await read_sse(s, OPENAI_SSE)
 
 
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # RFC 9110 5.6.2
+_QUOTED = r'"(?:[^"\\]|\\.)*"'  # RFC 9110 5.6.4
+_PARAM = re.compile(rf"[ \t]*;[ \t]*(?:({_TOKEN})=({_QUOTED}|{_TOKEN}))?")  # an empty one is allowed
+_RATE_NAMES = ("rate", "sample_rate", "samplerate")
+MAX_CONTENT_TYPE = 1024  # a longer Content-Type is refused, not parsed
+
+
+def media_type(value: str) -> tuple[str, dict[str, str]]:
+    """A Content-Type -> (type/subtype lower-case, {parameter name lower-case: value unquoted}), as RFC 9110
+    5.6.6 and 8.3.1 write it; ValueError (one line) when it is not that shape or names a parameter twice."""
+    if len(value) > MAX_CONTENT_TYPE:
+        raise ValueError(f"Content-Type of {len(value)} characters (at most {MAX_CONTENT_TYPE})")
+    media, sep, rest = value.partition(";")
+    params: dict[str, str] = {}
+    rest = sep + rest.rstrip(" \t")
+    pos = 0
+    while pos < len(rest):
+        m = _PARAM.match(rest, pos)
+        if m is None:
+            raise ValueError(f"Content-Type {value[:80]!r}: malformed parameter at {rest[pos:pos + 20]!r}")
+        pos = m.end()
+        if m.group(1) is None:
+            continue
+        name, text = m.group(1).lower(), m.group(2)
+        if text[:1] == '"':
+            text = re.sub(r"\\(.)", r"\1", text[1:-1])
+        if name in params:
+            raise ValueError(f"Content-Type {value[:80]!r}: names {name} twice")
+        params[name] = text
+    return media.strip(" \t").lower(), params
+
+
+def pcm_format(content_type: str) -> tuple[int | None, bool]:
+    """(the rate it names or None, big-endian) of a raw PCM answer's Content-Type; ValueError (one line) for
+    a shape the client does not read. RFC 2586's audio/L16 is big-endian (network byte order); every other
+    raw type is read as OpenAI's pcm, little-endian. More than one channel is refused, as a WAV of two is:
+    the evidence and every score are mono, and interleaved frames counted as samples double the audio."""
+    media, params = media_type(content_type)
+    named = [n for n in _RATE_NAMES if n in params]
+    if len(named) > 1:
+        raise ValueError(f"Content-Type {content_type[:80]!r}: names its rate twice ({', '.join(named)})")
+    rate = None
+    if named:
+        text = params[named[0]]
+        if not text.isdigit() or not text.isascii() or not 0 < int(text) <= oa.MAX_RATE:
+            raise ValueError(f"Content-Type {content_type[:80]!r}: rate {text[:20]!r} is not in 1-{oa.MAX_RATE}")
+        rate = int(text)
+    channels = params.get("channels", "1")
+    if not (channels.isascii() and channels.isdigit() and int(channels) == 1):
+        raise ValueError(f"Content-Type {content_type[:80]!r}: {channels[:20]} channels; the client reads mono "
+                         "int16 PCM only (channels=1)")
+    return rate, media == "audio/l16"
+
+
+def _swap16(data: bytes) -> bytes:
+    """Big-endian int16 samples -> little-endian (an even number of bytes)."""
+    samples = array.array("h")
+    samples.frombytes(data)
+    samples.byteswap()
+    return samples.tobytes()
+
+
 async def read_raw_pcm(s: Stream) -> None:
-    """Raw int16 LE mono PCM: every body piece, stamped as read, is an audio arrival (a piece may split
-    a sample; TTFA waits for the first whole one). The body's end is the done."""
+    """Raw int16 mono PCM: every body piece, stamped as read, is an audio arrival (a piece may split a
+    sample; TTFA waits for the first whole one). The body's end is the done. The rate: the Content-Type's,
+    else the one asked for (``Stream.sample_rate``); audio/L16 is swapped to little-endian as it arrives."""
     try:
-        rate = oa.content_rate(s.body.headers.get("content-type", "")) or s.sample_rate
+        rate, big_endian = pcm_format(s.body.headers.get("content-type", ""))
     except ValueError as exc:
         raise Fail(str(exc)) from None
+    rate = rate or s.sample_rate
     s.record["sample_rate"] = rate
     s.body.max_chunk_bytes = s.limits.at(rate)[2]
+    carry = b""  # L16: the first byte of a sample split across pieces
     async for piece in s.body.pieces():
         t = s.now()
         if piece:
             s.seen.body(piece)
+            if big_endian:
+                data = carry + piece if carry else piece
+                whole = len(data) & ~1
+                carry = data[whole:]
+                piece = _swap16(data[:whole])
             s.audio(piece, t, rate)
             await s.room()
     s.record["done_t"] = s.now()
+    if carry:
+        raise Fail(f"raw PCM response: {s.pcm.size + 1} bytes is not whole int16 samples")
     s.whole_samples("raw PCM response")
     s.record["server_done"] = {}
 

@@ -7,13 +7,16 @@ same times: ``send_wall``/``start_t`` when the request is begun, ``send_t`` when
 socket.
 
 - ``http1``: http1.py, one keep-alive connection per worker (a ``Slot``), kept from the warm-ups into
-  the measured phase; a failed exchange drops its connection.
+  the measured phase; a failed exchange drops its connection, and so does anything the server sent on it
+  after its last response (``Connection.quiet``).
 - ``aiohttp``: aiohttp's client, one session (a pool of ``concurrency`` connections) per run; its
-  errors are translated into http1's, so a reason reads the same over either (issue 22's comparison).
+  errors are translated into http1's, so a reason reads the same over either (issue 22's comparison);
+  its pool is made to drop a connection with an answer waiting on it, as http1 does (``_quiet_connector``).
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from dataclasses import dataclass
@@ -196,6 +199,7 @@ class _AioResponse(Response):
 
     def __init__(self, resp: Any) -> None:
         self.resp, self.max_chunk_bytes, self.status = resp, 0, resp.status
+        self.protocol = _PROTOCOL.get()
         self.content_type = resp.content_type.lower()  # aiohttp: application/octet-stream when none was sent
         self.headers = {k.lower(): v for k, v in resp.headers.items()}
         self.seen_type = self.content_type if "content-type" in resp.headers else ""
@@ -207,8 +211,42 @@ class _AioResponse(Response):
     async def head_of_body(self, limit: int) -> bytes:
         return await self.resp.content.read(limit)
 
+    def refuse(self) -> None:
+        self.resp.close()
+        if self.protocol is not None:  # already back in the pool when its body was whole: closed there
+            self.protocol.close()
+
     async def describe(self) -> str:
         return self.resp.content_type
+
+
+# the aiohttp connection (its protocol) of the exchange running in this task: aiohttp releases a response's
+# connection to the pool as soon as its body is parsed, so the response no longer holds it when refused
+_PROTOCOL: contextvars.ContextVar[Any] = contextvars.ContextVar("s2st_aiohttp_protocol", default=None)
+
+
+def _quiet_connector(aiohttp: Any) -> type:
+    """aiohttp's TCPConnector, but a pooled connection is taken only when nothing came on it since its last
+    response. aiohttp (3.14) hands a kept-alive connection out without looking: a whole answer the server
+    sent unasked waits parsed in its protocol and is read as the next request's answer (TTFA: none, or
+    microseconds). Such a connection is closed and the next one taken (a new one, at worst)."""
+
+    class QuietConnector(aiohttp.TCPConnector):
+        async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+            for _ in range(self.limit + 1):  # the pool holds at most ``limit``: then a new connection
+                conn = await super().connect(req, traces, timeout)
+                if conn.protocol is None or not conn.protocol.should_close:
+                    break
+                conn.close()
+            _PROTOCOL.set(conn.protocol)  # the exchange (same task) may have to close it: ``refuse``
+            return conn
+
+    return QuietConnector
+
+
+def _one_line(exc: BaseException) -> str:
+    """aiohttp's parser errors span lines (the bad line, a caret under it): one line for the record."""
+    return " ".join(str(getattr(exc, "message", "") or exc).split()).rstrip(" ^")[:300]
 
 
 class Aiohttp(Transport):
@@ -229,7 +267,7 @@ class Aiohttp(Transport):
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(on_sent)
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=run.concurrency), trace_configs=[trace],
+            connector=_quiet_connector(aiohttp)(limit=run.concurrency), trace_configs=[trace],
             timeout=aiohttp.ClientTimeout(sock_connect=run.opts.timeout_s, sock_read=run.opts.read_timeout_s),
             max_line_size=8 * 1024, max_field_size=8 * 1024, auto_decompress=False)
 
@@ -261,6 +299,6 @@ class Aiohttp(Transport):
         except aiohttp.ServerDisconnectedError:
             raise http1.Disconnected("server disconnected mid-response") from None
         except aiohttp.ClientPayloadError as exc:
-            raise http1.ProtocolError(str(exc)) from None
+            raise http1.ProtocolError(_one_line(exc)) from None
         except aiohttp.ClientResponseError as exc:
-            raise http1.ProtocolError(str(exc)) from None
+            raise http1.ProtocolError(_one_line(exc)) from None

@@ -56,6 +56,10 @@ class Protocol:
         """What a level's summary.json entry says about this protocol's requests, beyond the common keys."""
         return {}
 
+    def pcm_rate(self, options: Any) -> int:
+        """The rate of an answer that names none (raw PCM, SSE deltas): the run's ``sample_rate``."""
+        return options.sample_rate
+
     def expected(self) -> str:
         return f"{self.event_types} for protocol {self.name}"
 
@@ -116,8 +120,20 @@ class OpenAI(Protocol):
         return oa.build_request(item, model, extra_body)
 
     def level_entry(self, options: Any, model: str | None, model_source: str | None) -> dict:
-        return {"extra_body": options.extra_body, "sample_rate": options.sample_rate, "model": model,
+        return {"extra_body": options.extra_body, "sample_rate": self.pcm_rate(options), "model": model,
                 "model_source": model_source}
+
+    def pcm_rate(self, options: Any) -> int:
+        """The rate the request asks for (vLLM-Omni's ``sample_rate`` in the extra body: the server resamples
+        to it, and its pcm answer and SSE deltas do not say so), else the run's ``sample_rate``; S2STError
+        (one line) when the extra body asks for one that is no rate."""
+        asked = (options.extra_body or {}).get("sample_rate")
+        if asked is None:
+            return options.sample_rate
+        try:
+            return oa.check_rate(asked, "extra_body")
+        except ValueError as exc:
+            raise S2STError(f"run_load {exc}") from None
 
     def speaks(self, event_names: Iterable[str]) -> bool:
         return any(t.startswith("'speech.") for t in event_names)
