@@ -144,7 +144,9 @@ def test_asr_bleu_is_fairseqs_procedure_on_a_hand_built_case():
     waves = [(np.zeros(2205, np.float32), 22050), (np.zeros(3200, np.float32), 16000), (np.zeros(4800), 16000)]
     ours = asr_bleu(waves, refs, _HandASR(transcripts), "es")
     # examples/speech_to_speech/asr_bleu: transcribe_audiofile -> strip().lower(); run_asr_bleu lowers again;
-    # the references as read (stripped); sacrebleu.corpus_bleu at its defaults
+    # the references as read (stripped: these are normalised already, so Spanish's normaliser, lower-case and
+    # no punctuation, leaves both sides as they are; tests/test_asr_bleu_normalise.py covers raw references);
+    # sacrebleu.corpus_bleu at its defaults
     hyps = [t.strip().lower().lower() for t in (transcripts[1600], transcripts[3200], transcripts[4800])]
     theirs = sacrebleu.corpus_bleu(hyps, [[r.strip() for r in refs]])
     assert ours["transcripts"] == ["hola mundo", "esta es una prueba", "modelos del habla"]

