@@ -7,7 +7,7 @@ from .errors import S2STError
 from .inputs import closest, finite, show
 from .measure.record import Metric
 from .quality.verdict import FAIL, INCONCLUSIVE, PASS, Verdict  # one verdict type for budgets and the gate
-from .metrics import BUDGETS, INFERENCE_BUDGETS, SERVICE_BUDGETS, service_value
+from .metrics import BUDGETS, BY_NAME, HIGHER, INFERENCE_BUDGETS, SERVICE_BUDGETS, service_value
 
 Lookup = Callable[[str, "str | None"], "Metric | None"]
 
@@ -68,10 +68,19 @@ def check_budget(lookup: Lookup, limits: Mapping[str, float], stage: str | None 
             reason = metric.reason if metric is not None and metric.value is None else \
                 "not measured" if metric is None else f"value {show(repr(metric.value))} is not a finite number"
             missing.append(f"{name}{scope}: no value to check against budget {_fmt(limit)} ({reason})")
-        elif value > limit:
+        elif _higher_is_better(name) and value < limit:  # a floor: the budget is the least it may be
+            failures.append(f"{name}{scope}: measured {_fmt(value)} < budget {_fmt(limit)} (higher is better; "
+                            f"method {metric.method})")
+        elif not _higher_is_better(name) and value > limit:
             failures.append(f"{name}{scope}: measured {_fmt(value)} > budget {_fmt(limit)} (method {metric.method})")
     if failures:
         return Verdict(FAIL, failures + missing)
     if missing:
         return Verdict(INCONCLUSIVE, missing)
     return Verdict(PASS, [])
+
+
+def _higher_is_better(key: str) -> bool:
+    """A budget keyword's metric ('ttfa_s_p99' -> ttfa_s) says which way is better (metrics.MetricDef.better)."""
+    metric = SERVICE_BUDGETS[key][0] if key in SERVICE_BUDGETS else key
+    return metric in BY_NAME and BY_NAME[metric].better == HIGHER

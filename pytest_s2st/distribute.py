@@ -219,7 +219,9 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
         details = (metrics.get("runtime_s") or {}).get("details")
         if not isinstance(details, dict) or "waited_s" not in details:
             return
-        waits = [((p.get("runtime_s") or {}).get("details") or {}).get("waited_s") for p in parts]
+        entries = [p.get("runtime_s") if isinstance(p.get("runtime_s"), Mapping) else {} for p in parts]
+        waits = [e.get("details").get("waited_s") if isinstance(e.get("details"), Mapping) else None
+                 for e in entries]  # a hand-edited details of another type: no waits, not a crash
         if all(isinstance(w, list) for w in waits):
             details["waited_s"] = [x for w in waits for x in w]
         if len(details.get("waited_s") or ()) != len(details.get("rounds_s") or ()):
@@ -232,6 +234,51 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
         fold(stage.get("metrics", {}), parts)
         fold_waits(stage.get("metrics", {}), parts)
     return folded
+
+
+def _unfoldable(bench: Mapping[str, Any], first: Mapping[str, Any], first_path: Path) -> str | None:
+    """Why one run's row cannot fold with the first run's (s2st-merge --repeats), or None. Folding keeps the first
+    run's row and makes each runtime the runs' statistic: a run whose row has no runtime to give would otherwise
+    be dropped without a word, leaving "1 benchmark(s) from 3 run(s)" that is one run."""
+    from .inputs import finite
+    from .work import differences, work_of
+
+    s2st, ours = ((b.get("extra_info") or {}).get("s2st") for b in (first, bench))
+    if not s2st and not ours:
+        return ("not an s2st row (no extra_info.s2st) in any run: --repeats folds s2st runtimes, and would keep "
+                "one run of it and drop the others; merge such rows without --repeats")
+    if not ours:
+        return f"a plain pytest-benchmark row (no extra_info.s2st) where {first_path} holds an s2st row"
+    if not s2st:
+        return f"an s2st row where {first_path} holds a plain pytest-benchmark row (no extra_info.s2st)"
+    differ = differences(work_of(s2st), work_of(ours))
+    if differ:
+        return f"not the same work as in {first_path} ({'; '.join(differ)}): repeats measure one workload"
+    names = lambda s: [st.get("name") for st in s.get("stages") or []]  # noqa: E731
+    if names(s2st) != names(ours):
+        return f"stages {names(ours)} where {first_path} has {names(s2st)}"
+    parts = [("extra_info.s2st.metrics", ours.get("metrics") or {})] + [
+        (f"extra_info.s2st.stages[{i}].metrics", st.get("metrics") or {}) for i, st in enumerate(ours.get("stages") or [])]
+    for where, metrics in parts:
+        entry = metrics.get("runtime_s")
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        if finite(value) is None or value < 0:
+            what = "missing" if not isinstance(entry, Mapping) else \
+                f"{_show_value(value)}" + (f" ({_show_reason(entry['reason'])})" if isinstance(entry.get("reason"), str) else "")
+            return f"{where}.runtime_s.value is {what}, not a runtime in seconds: this run cannot fold with the others"
+    return None
+
+
+def _show_reason(reason: str) -> str:
+    from .inputs import show
+
+    return show(reason, 120)
+
+
+def _show_value(value: Any) -> str:
+    from .inputs import show
+
+    return "null" if value is None else f"a JSON {_json_type(value)} {show(json.dumps(value), 40)}"
 
 
 VERDICT_ORDER = ("FAIL", "ERROR", "INCONCLUSIVE", "PASS", "")
@@ -312,6 +359,11 @@ def merge_saved_runs(paths: Sequence[str | Path], repeats: bool = False) -> dict
                        "cpu": _cpu_name(run["machine_info"].get("cpu"))})
     if repeats:
         by_name = [{b["fullname"]: b for b in run["benchmarks"]} for _, run in runs]
+        for i, bench in enumerate(first["benchmarks"]):
+            for (path, _), rows in zip(runs, by_name):
+                why = _unfoldable(rows[bench["fullname"]], bench, first_path)
+                if why:
+                    raise S2STError(f"{path}: {bench['fullname'][:120]}: {why}")
         benchmarks = [fold_repeats([r[b["fullname"]] for r in by_name]) for b in first["benchmarks"]]
     machine_info = dict(first["machine_info"])
     machine_info["s2st_merged_from"] = shards  # where each shard ran (runners of a matrix may differ)

@@ -21,6 +21,9 @@ from typing import Any, Callable, Mapping
 from .runtime_stats import RUNTIME_STATISTIC
 
 INFERENCE, SERVICE = "inference", "service"
+# which way is better: a limit (--s2st-compare-fail, a budget) fails on a change the worse way. NEITHER: a property of
+# the workload, not a quality (audio seconds per request); it can carry no limit
+LOWER, HIGHER, NEITHER = "lower", "higher", "neither"
 RSS_NOISE_MIB = 1.0  # vmhwm reads 200 MiB as 199.8-199.9 (batched RSS counters); the allocator keeps or returns pages
 
 
@@ -90,6 +93,17 @@ class MetricDef:
     stats: tuple[str, ...] = ()     # service: statistics kept in the summary
     table_stats: tuple[str, ...] = ()  # service: statistics shown in the service table
     help: str = ""
+    better: str = ""                # LOWER or HIGHER is better (NEITHER: no limit may judge it); every row says
+
+    def __post_init__(self) -> None:
+        if self.better not in (LOWER, HIGHER, NEITHER):
+            raise ValueError(f"metric {self.name}: better={self.better!r}; say which is better: lower, higher or neither")
+        if self.better == NEITHER and (self.comparable or self.budgetable):
+            raise ValueError(f"metric {self.name}: a limit needs a direction (better=lower or higher)")
+
+    def worsening(self, old: float, new: float) -> float:
+        """How much worse ``new`` is than ``old`` (negative: better), in the metric's unit."""
+        return old - new if self.better == HIGHER else new - old
 
     def format(self, value: float | None) -> str:
         return "n/a" if value is None else self.fmt(value)
@@ -98,77 +112,78 @@ class MetricDef:
 METRICS: tuple[MetricDef, ...] = (
     MetricDef("runtime_s", "runtime", "s", fmt_seconds, INFERENCE, "timing pass (pytest-benchmark timer, "
               "device-synchronised)", aggregate="sum", comparable=True, show_method=True,
-              help=f"{RUNTIME_STATISTIC} wall seconds per sample"),
+              better=LOWER, help=f"{RUNTIME_STATISTIC} wall seconds per sample"),
     # RSS changes below RSS_NOISE_MIB are the kernel's batched counters and the allocator's slack, not the model
     MetricDef("rss_rise_mib", "RSS rise", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler) minus "
               "the process's RSS at the case's start", aggregate="max", comparable=True, noise=RSS_NOISE_MIB,
-              help="peak RSS during the forward minus the process's RSS at the case's start (before its model was "
+              better=LOWER, help="peak RSS during the forward minus the process's RSS at the case's start (before its model was "
                    "built): what the case added to the process"),
     MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
               aggregate="max", comparable=True, column=False, noise=RSS_NOISE_MIB,
-              help="absolute process peak RSS during the forward (the whole process: every case before it too)"),
+              better=LOWER, help="absolute process peak RSS during the forward (the whole process: every case before it too)"),
     MetricDef("peak_delta_mib", "peak delta", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
               aggregate="max", comparable=True, show_method=True, noise=RSS_NOISE_MIB,
-              help="peak RSS during the forward minus RSS just before it"),
+              better=LOWER, help="peak RSS during the forward minus RSS just before it"),
     MetricDef("device_peak_mib", "device peak", "MiB", fmt_mib, INFERENCE, "memory pass (cuda/npu peak allocated)",
               aggregate="max", comparable=True, note_missing=False,
-              help="peak allocated device memory after a reset (cuda / npu)"),
+              better=LOWER, help="peak allocated device memory after a reset (cuda / npu)"),
     MetricDef("tensor_peak_mib", "tensor peak", "MiB", fmt_small_mib, INFERENCE,
               "dispatch pass (storages created by torch ops during the call, alive at once; measure/tensor_memory.py)",
               aggregate="max", comparable=True,
-              help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
+              better=LOWER, help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
     MetricDef("flops", "FLOPs", "FLOPs", fmt_count, INFERENCE, "FLOPs pass (torch dispatch count or PAPI)",
-              aggregate="sum", comparable=True, show_method=True, help="floating-point operations per sample"),
+              aggregate="sum", comparable=True, show_method=True, better=LOWER, help="floating-point operations per sample"),
     MetricDef("instructions", "instructions", "Ir", fmt_count, INFERENCE,
               "instruction pass (valgrind callgrind around the forward, in a child process; measure/instructions.py)",
               aggregate="sum", comparable=True, show_method=True,
-              help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
+              better=LOWER, help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
     # translation quality of the case's outputs (quality/translation.py), not per stage: no cascade aggregate
     MetricDef("bleu", "BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of the last text stage against the "
-              "reference translations", budgetable=False,
-              help="corpus BLEU of the translations (0-100, higher is better)"),
+              "reference translations", budgetable=False, comparable=True,
+              better=HIGHER, help="corpus BLEU of the translations (0-100, higher is better)"),
     MetricDef("chrf", "chrF", "", fmt_score, INFERENCE, "sacrebleu corpus chrF of the last text stage against the "
-              "reference translations", budgetable=False,
-              help="corpus chrF of the translations (0-100, higher is better)"),
+              "reference translations", budgetable=False, comparable=True,
+              better=HIGHER, help="corpus chrF of the translations (0-100, higher is better)"),
     MetricDef("asr_bleu", "ASR-BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of an offline ASR's transcripts "
               "of the output speech against the reference translations (fairseq asr_bleu)", budgetable=False,
-              help="corpus BLEU of the output speech, through ASR (0-100, higher is better)"),
+              comparable=True,
+              better=HIGHER, help="corpus BLEU of the output speech, through ASR (0-100, higher is better)"),
     MetricDef("asr_chrf", "ASR-chrF", "", fmt_score, INFERENCE, "sacrebleu corpus chrF of an offline ASR's "
-              "transcripts of the output speech against the reference translations", budgetable=False,
-              help="corpus chrF of the output speech, through ASR (0-100, higher is better)"),
+              "transcripts of the output speech against the reference translations", budgetable=False, comparable=True,
+              better=HIGHER, help="corpus chrF of the output speech, through ASR (0-100, higher is better)"),
     MetricDef("ttfa_s", "TTFA", "s", fmt_seconds, SERVICE, "client clock: send -> first non-empty PCM sample",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
-              help="time to first audio"),
+              better=LOWER, help="time to first audio"),
     MetricDef("rtf", "RTF", "", fmt_ratio, SERVICE, "client clock: (completion - send) / audio seconds",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p50", "p99"),
-              help="real-time factor"),
+              better=LOWER, help="real-time factor"),
     MetricDef("latency_s", "latency", "s", fmt_seconds, SERVICE, "client clock: completion - send",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), help="end-to-end latency"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), better=LOWER, help="end-to-end latency"),
     # streaming playback (vLLM-Omni's definitions, runs.playback_metrics): a real-time player started at the
     # first audio, fed by the chunks as the client received them
     MetricDef("underrun_s", "underrun", "s", fmt_lag_seconds, SERVICE,
               "chunk timeline: worst deficit of a real-time player started at the first audio (vLLM-Omni)",
               stats=("mean", "p50", "p90", "p99"), table_stats=("p99",),
-              help="playback underrun: seconds a real-time player falls behind (= its total dry time)"),
+              better=LOWER, help="playback underrun: seconds a real-time player falls behind (= its total dry time)"),
     MetricDef("underrun_events", "underrun events", "", fmt_mean_count, SERVICE,
               "chunk timeline: chunks that arrived after the audio before them had played out (vLLM-Omni)",
-              stats=("mean", "p50", "p90", "p99"), help="late chunks per request"),
+              stats=("mean", "p50", "p90", "p99"), better=LOWER, help="late chunks per request"),
     MetricDef("underrun_longest_s", "longest dry spell", "s", fmt_lag_seconds, SERVICE,
               "chunk timeline: longest dry spell of a player that waits and resumes at the next chunk",
-              stats=("mean", "p50", "p90", "p99"), help="longest single playback stall per request"),
+              stats=("mean", "p50", "p90", "p99"), better=LOWER, help="longest single playback stall per request"),
     MetricDef("continuity_rate", "continuity", "", fmt_percent, SERVICE,
               "requests whose underrun <= 0.1 s / requests with a chunk timeline (vLLM-Omni)", budgetable=False,
-              help="fraction of requests that play without an audible gap"),
+              better=HIGHER, help="fraction of requests that play without an audible gap"),
     MetricDef("gap_s", "chunk gap", "s", fmt_lag_seconds, SERVICE,
               "chunk timeline: arrival differences of consecutive audio chunks, pooled over requests",
-              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), help="inter-chunk gap"),
+              stats=("mean", "p50", "p90", "p99"), table_stats=("p99",), better=LOWER, help="inter-chunk gap"),
     MetricDef("audio_duration_s", "audio", "s", fmt_seconds, SERVICE, "seconds of audio returned per request",
-              budgetable=False, stats=("mean", "p50", "p90", "p99"), help="audio duration per request"),
+              budgetable=False, stats=("mean", "p50", "p90", "p99"), better=NEITHER, help="audio duration per request"),
     MetricDef("throughput", "throughput", "audio s/s", fmt_audio_rate, SERVICE,
               "audio seconds of ok requests / wall seconds of the measured phase", budgetable=False,
-              help="audio seconds produced per wall second"),
+              better=HIGHER, help="audio seconds produced per wall second"),
     MetricDef("error_rate", "errors", "", fmt_percent, SERVICE, "failed / measured requests",
-              help="fraction of measured requests that failed"),
+              better=LOWER, help="fraction of measured requests that failed"),
 )
 
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}

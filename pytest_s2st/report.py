@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from .inputs import finite, show
 from .metrics import BY_NAME, INFERENCE_METRICS, SERVICE_METRICS, column_format
 from .metrics import format_value as fmt_metric  # name -> its table formatter
-from .settings import CompareLimit
+from .limits import CompareLimit
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
 COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS if m.column)
@@ -57,6 +57,7 @@ class Row:
     metrics: Mapping[str, Mapping[str, Any]]  # metric -> Metric.to_dict()
     status: str = ""   # verdict of the test (PASS/FAIL/INCONCLUSIVE) or ""
     key: str = ""      # what compare matches on (identity, see rows_from); stage rows add "::<stage>"
+    work: Mapping[str, Any] | None = None  # what the benchmark measured (work.work_of): a compare needs the same
 
 
 def identity(s2st: Mapping[str, Any], fullname: str) -> str:
@@ -68,12 +69,15 @@ def identity(s2st: Mapping[str, Any], fullname: str) -> str:
 
 
 def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "") -> list[Row]:
+    from .work import work_of
+
     key = identity(s2st, fullname)
-    rows = [Row(name, fullname, s2st.get("metrics", {}), status, key)]
+    work = work_of(s2st)
+    rows = [Row(name, fullname, s2st.get("metrics", {}), status, key, work)]
     stages = s2st.get("stages", [])
     if len(stages) > 1:
-        rows += [Row(f"  {st['name']}", f"{fullname}::{st['name']}", st.get("metrics", {}), "", f"{key}::{st['name']}")
-                 for st in stages]
+        rows += [Row(f"  {st['name']}", f"{fullname}::{st['name']}", st.get("metrics", {}), "", f"{key}::{st['name']}",
+                     work) for st in stages]
     return rows
 
 
@@ -270,12 +274,42 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
     if not isinstance(s2st, Mapping) or not s2st:
         return {}
+    from .work import work_of
+
     key = identity(s2st, str(saved.get("fullname")))
-    out = {key: _mapping(s2st.get("metrics"))}
+    work = work_of(s2st)
+    out = {key: Saved(_mapping(s2st.get("metrics")), work)}
     stages = s2st.get("stages")
     for stage in stages if isinstance(stages, list) else []:
         if isinstance(stage, Mapping) and isinstance(stage.get("name"), str):
-            out[f"{key}::{stage['name']}"] = _mapping(stage.get("metrics"))
+            out[f"{key}::{stage['name']}"] = Saved(_mapping(stage.get("metrics")), work)
+    return out
+
+
+class Saved(dict):
+    """A saved row's metrics (a plain mapping to every reader) and, as ``work``, what it measured."""
+
+    def __init__(self, metrics: Mapping[str, Any], work: Mapping[str, Any]) -> None:
+        super().__init__(metrics)
+        self.work = work
+
+
+def unlike_work(row: Row, old: Mapping[str, Any]) -> list[str]:
+    """How the saved row's work differs from this row's (work.differences); [] when alike or not known."""
+    from .work import differences
+
+    saved = getattr(old, "work", None)
+    return differences(saved, row.work) if saved and row.work else []
+
+
+def unlike_rows(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One line per benchmark (not its stages) whose saved counterpart measured other work: no verdict for it."""
+    out = []
+    for row in rows:
+        old = saved_counterpart(row, compared)
+        why = unlike_work(row, old) if old is not None and not row.name.startswith(" ") else []
+        if why:
+            out.append(f"{row.fullname}: not the same work as the compared row ({'; '.join(why)}): no verdict")
     return out
 
 
@@ -333,11 +367,14 @@ def render_compare(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]
         if old is None:
             continue
         cells = []
+        other = bool(unlike_work(row, old))  # another workload: values shown, no change claimed (unlike_rows says why)
         for key, _ in COLUMNS:
             new_v, old_v = _value(row.metrics, key), _value(old, key)
-            change = runtime_change(old, row.metrics) if key == "runtime_s" else None
+            change = runtime_change(old, row.metrics) if key == "runtime_s" and not other else None
             if new_v is None and old_v is None:
                 cells.append(("n/a", "n/a", ""))
+            elif other:
+                cells.append((fmt_metric(key, old_v), fmt_metric(key, new_v), "other work"))
             else:
                 cells.append((fmt_metric(key, old_v), fmt_metric(key, new_v),
                               change.short() if change is not None else pct_change(old_v, new_v, key)))
@@ -449,18 +486,29 @@ def unmeasured_limits(metrics: Mapping[str, Any], limits: Iterable[CompareLimit]
             for limit in limits if _value(metrics, limit.metric) is None]
 
 
-def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
-                faults: Mapping[str, str] | None = None, unmeasured_here: bool = True) -> list[str]:
-    """Every limit crossed; a benchmark with no saved counterpart is one too (nothing was checked).
+def judge_limits(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
+                 faults: Mapping[str, str] | None = None, unmeasured_here: bool = True) -> tuple[list[str], list[str]]:
+    """(crossed, unchecked): every limit crossed (a worsening past it, each metric's own way), and every benchmark
+    or limit that could not be checked -- no counterpart, a counterpart that measured other work (unlike_work), a
+    metric one side lacks. Unchecked is no pass and no regression either: its own word, never "regressed".
     ``faults``: {fullname: why its saved entry was unreadable}, said instead of "no counterpart".
     ``unmeasured_here`` False: a limit whose metric the current run lacks is left out (the pytest session
     makes that test INCONCLUSIVE with unmeasured_limits instead)."""
+    limits = tuple(limits)
     faults = faults or {}
-    out = [f"{name}: {faults[name]}, so no limit was checked" if name in faults else
-           f"{name}: no counterpart in the compared run, so no limit was checked" for name in unmatched(rows, compared)]
+    crossed: list[str] = []
+    unchecked = [f"{name}: {faults[name]}, so no limit was checked" if name in faults else
+                 f"{name}: no counterpart in the compared run, so no limit was checked"
+                 for name in unmatched(rows, compared)]
     for row in rows:
         old = saved_counterpart(row, compared)
         if old is None:
+            continue
+        other = unlike_work(row, old)
+        if other:  # said once per benchmark, not per stage
+            if not row.name.startswith(" "):
+                unchecked.append(f"{row.fullname}: not the same work as the compared row ({'; '.join(other)}), "
+                                 f"so no limit was checked")
             continue
         for limit in limits:
             missing = [(side, metrics) for side, metrics in (("compared", old), ("current", row.metrics))
@@ -469,27 +517,35 @@ def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], 
                 continue
             if missing:  # a gate that could not look passes nothing: same rule as an unmatched row
                 why = "; ".join(f"{side}: {_reason(metrics, limit.metric)}" for side, metrics in missing)
-                out.append(f"{row.fullname}: {limit.metric} not measured in the {' and '.join(s for s, _ in missing)} "
-                           f"run ({why}), so limit {limit} was not checked")
+                unchecked.append(f"{row.fullname}: {limit.metric} not measured in the "
+                                 f"{' and '.join(s for s, _ in missing)} run ({why}), so limit {limit} was not checked")
                 continue
             _, unlike = runtime_statistic(old, row.metrics) if limit.metric == "runtime_s" else (None, "")
             if unlike:
-                out.append(f"{row.fullname}: runtime_s not comparable ({unlike}), so limit {limit} was not checked")
+                unchecked.append(f"{row.fullname}: runtime_s not comparable ({unlike}), so limit {limit} was not "
+                                 "checked")
                 continue
             change = limit.exceeded(_value(old, limit.metric), _value(row.metrics, limit.metric))
             if change is None:
                 continue
             if limit.metric == "runtime_s" and _rounds_not_finite(old, row.metrics):
-                out.append(f"{row.fullname}: runtime_s timed rounds are not finite numbers (missing evidence), "
-                           f"so limit {limit} was not checked")
+                unchecked.append(f"{row.fullname}: runtime_s timed rounds are not finite numbers (missing evidence), "
+                                 f"so limit {limit} was not checked")
                 continue
             if limit.metric == "runtime_s" and not _significantly_slower(old, row.metrics):
                 continue  # past the limit, but within what the rounds' spread allows: not a regression
-            unit = "%" if limit.percent else ""
-            out.append(f"{row.fullname}: {limit.metric} regressed {change:+.2f}{unit} "
-                       f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
-                       f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}), limit {limit}")
-    return out
+            crossed.append(f"{row.fullname}: {limit.metric} regressed {limit.change_text(change)} "
+                           f"({fmt_metric(limit.metric, _value(old, limit.metric))} -> "
+                           f"{fmt_metric(limit.metric, _value(row.metrics, limit.metric))}{limit.direction()}), "
+                           f"limit {limit}")
+    return crossed, unchecked
+
+
+def regressions(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]], limits: Iterable[CompareLimit],
+                faults: Mapping[str, str] | None = None, unmeasured_here: bool = True) -> list[str]:
+    """judge_limits' two lists as one: every line that fails a gate (crossed first)."""
+    crossed, unchecked = judge_limits(rows, compared, limits, faults, unmeasured_here)
+    return crossed + unchecked
 
 
 def _rounds_not_finite(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -512,6 +568,8 @@ def insignificant(rows: Sequence[Row], compared: Mapping[str, Mapping[str, Any]]
     out = []
     for row in rows:
         old = saved_counterpart(row, compared)
+        if old is not None and unlike_work(row, old):
+            continue  # another workload: judge_limits says so, no note about a change
         for limit in limits:
             if old is None or limit.metric != "runtime_s":
                 continue
@@ -736,8 +794,10 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
                 unchecked.append(f"runtime_s: the A/B has no interval ({change.describe()}), so limit {limit} "
                                  "was not checked")
                 continue
-            past = (100 * (change.ratio - 1) > limit.limit if limit.percent
-                    else old_v is not None and new_v is not None and new_v - old_v > limit.limit)
+            if not limit.percent and (old_v is None or new_v is None):  # an absolute limit needs both values
+                unchecked.append(f"runtime_s not measured on a side of the A/B, so limit {limit} was not checked")
+                continue
+            past = 100 * (change.ratio - 1) > limit.limit if limit.percent else new_v - old_v > limit.limit
             if past and change.word == SLOWER:
                 crossed.append(f"runtime_s {change.describe()} against {against}, limit {limit}")
             continue
@@ -749,7 +809,6 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
             continue
         amount = limit.exceeded(old_v, new_v)
         if amount is not None:
-            unit = "%" if limit.percent else ""
             crossed.append(f"{limit.metric} {fmt_metric(limit.metric, old_v)} -> {fmt_metric(limit.metric, new_v)} "
-                           f"({amount:+.2f}{unit}) against {against}, limit {limit}")
+                           f"({limit.change_text(amount)}{limit.direction()}) against {against}, limit {limit}")
     return crossed, unchecked

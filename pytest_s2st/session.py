@@ -52,7 +52,9 @@ class S2STSession:
         self.case_start_rss: dict[str, float] = {}  # case id -> this process's RSS (MiB) before its model was built
         self.inconclusive: list[tuple[str, list[str]]] = []
         self.code_versions: Any = None  # --s2st-ab-base: its controller, or this worker's part (plugin_versions)
-        self.regressions: list[str] = []
+        self.regressions: list[str] = []  # --s2st-compare-fail limits crossed ("regressed")
+        self.unchecked: list[str] = []  # limits that could not be checked: they fail too, but are no regression
+        self.not_written: list[str] = []  # --s2st-summary files that could not be written
         self._evidence_root: Path | None = None
         # xdist (plugin_xdist.py): the worker id on a worker; on the controller, what the workers sent
         workerinput = getattr(config, "workerinput", None)
@@ -324,20 +326,21 @@ class S2STSession:
                 out.update(compared_rows(saved))
         return out
 
-    def check_regressions(self) -> list[str]:
+    def check_regressions(self) -> tuple[list[str], list[str]]:
+        """(limits crossed, limits not checked) of --s2st-compare-fail against the saved run."""
         limits = self.option("compare_fail")
         if not limits or not (self.results or self.remote_results):
-            return []
-        from .report import regressions
+            return [], []
+        from .report import judge_limits
 
         if self.config.getoption("benchmark_compare", None):
             compared = self.compared()
             # a limit on a metric this run could not measure is that test's INCONCLUSIVE (plugin._item_verdict)
-            return regressions(self.rows(), compared, limits, self.compare_faults, unmeasured_here=False)
+            return judge_limits(self.rows(), compared, limits, self.compare_faults, unmeasured_here=False)
         # no saved run: the limits judge in-process A/Bs (each test's own verdict); any other benchmark checked nothing
-        return [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
-                f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"
-                for _, nodeid, measurement, _ in self.records() if "ab" not in measurement]
+        return [], [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
+                    f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"
+                    for _, nodeid, measurement, _ in self.records() if "ab" not in measurement]
 
     def finish(self, session: pytest.Session) -> None:
         """Plots, regressions and the exit status (pytest_sessionfinish)."""
@@ -355,14 +358,16 @@ class S2STSession:
         elif self.option("plot"):
             self.plots.append("nothing written: --s2st-plot draws service benchmarks (s2st_load), and none ran")
         try:
-            self.regressions = self.check_regressions()
+            self.regressions, self.unchecked = self.check_regressions()
         except Exception as exc:  # noqa: BLE001 -- a compare that crashed checked nothing: it fails, tables stay
             from .inputs import show
 
-            self.regressions = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
-                                "so no limit was checked"]
+            self.unchecked = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
+                              "so no limit was checked"]
         self._write_summary()
-        failing = bool(self.regressions) or bool(self.inconclusive and self.option("strict"))
+        # a limit not checked fails as a crossed one does (a gate that could not look passes nothing)
+        failing = bool(self.regressions or self.unchecked or self.not_written) or bool(
+            self.inconclusive and self.option("strict"))
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -392,7 +397,7 @@ class S2STSession:
                 with open(path, mode, encoding="utf-8") as handle:
                     handle.write(body)
             except OSError as exc:
-                self.regressions.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
+                self.not_written.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
 
     def display(self, tr: Any) -> None:
         """The s2st sections of the terminal summary."""
@@ -410,12 +415,15 @@ class S2STSession:
                 tr.write_line(f"{nodeid}:")
                 for reason in reasons:
                     tr.write_line(f"    {reason}")
-        if self.regressions:
-            tr.write_sep("=", "s2st regressions (--s2st-compare-fail)", red=True)
-            for line in self.regressions:
-                tr.write_line(line)
-            # counted on pytest's last line ("1 passed, 1 regressed"), which summary_stats prints after this hook
-            tr.stats.setdefault("regressed", []).extend(self.regressions)
+        # each counted on pytest's last line ("1 passed, 1 regressed, 1 unchecked"), printed after this hook
+        for lines, title, word in ((self.regressions, "s2st regressions (--s2st-compare-fail)", "regressed"),
+                                   (self.unchecked, "s2st limits not checked (--s2st-compare-fail)", "unchecked"),
+                                   (self.not_written, "s2st files not written", "not written")):
+            if lines:
+                tr.write_sep("=", title, red=True)
+                for line in lines:
+                    tr.write_line(line)
+                tr.stats.setdefault(word, []).extend(lines)
 
     def _display_inference(self, tr: Any) -> None:
         from .report import missing_notes, render_table, table_notes, wrap
@@ -450,7 +458,7 @@ class S2STSession:
                     tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .report import compare_legend, insignificant, render_compare, statistic_names, unmatched, wrap
+        from .report import compare_legend, insignificant, render_compare, statistic_names, unlike_rows, unmatched, wrap
 
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
@@ -459,7 +467,7 @@ class S2STSession:
             for line in lines:
                 tr.write_line(line)
             notes = [f"note: {note}" for note in insignificant(rows, compared, self.option("compare_fail") or ())]
-            for line in wrap([compare_legend(statistic_names(rows, "s"))] + notes):
+            for line in wrap([compare_legend(statistic_names(rows, "s"))] + notes + unlike_rows(rows, compared)):
                 tr.write_line(line)
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)
