@@ -190,4 +190,32 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
             raise S2STError(f"{source}: dataset {dataset} does not exist")
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
+    from .quality.translation import case_tokenize  # auto -> the target language's tokenizer, now: a refusal is a usage error
+
+    settings["bleu_tokenize"] = case_tokenize(settings["bleu_tokenize"], config.general, config.stages, config.where,
+                                              sources["bleu_tokenize"])
+    _check_references(config, settings)
     return Case(config, settings)
+
+
+def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
+    """general.references read now, before any test runs: a missing, unreadable (Latin-1, UTF-16) or short file was
+    named only after the whole measurement had run. Short: fewer lines than the samples the case runs (the
+    dataset's count, read cheaply, dataset_size applied)."""
+    references = config.general.get("references")
+    if references is None:
+        return
+    from .datasets import dataset_count
+    from .quality.translation import read_references
+
+    where = config.where("general.references")
+    lines = read_references(references, where)
+    dataset = config.general.get("dataset_path")
+    if dataset is None:
+        return  # no dataset yet: s2st_dataset says so
+    count = dataset_count(dataset, settings["dataset_type"])
+    size = settings.get("dataset_size")
+    wanted = min(count, size) if count is not None and size else count
+    if wanted is not None and len(lines) < wanted:
+        raise S2STError(f"{where}: {len(lines)} reference line(s) for {wanted} sample(s) of {dataset}: one line "
+                        "per sample, in dataset order")

@@ -206,7 +206,15 @@ def _check_sections(data: Any, path: Path, lines: Mapping[str, int]) -> None:
         raise S2STError(f"{path}: top level must be a mapping of {', '.join(SECTIONS)}; got {got}")
     for key, value in data.items():
         if key not in SECTIONS:
-            raise S2STError(f"{_at(path, lines, str(key))}: unknown top-level key {key!r}; allowed: {', '.join(SECTIONS)}")
+            import difflib
+
+            from .inputs import show
+
+            # a close cutoff: 'qualty' means quality, but 'stage4' is no typo of stage3
+            match = difflib.get_close_matches(str(key), SECTIONS, n=1, cutoff=MISSPELT)
+            hint = f" (did you mean {match[0]!r}?)" if match else ""
+            raise S2STError(f"{_at(path, lines, str(key))}: unknown top-level key {show(repr(key))}{hint}; "
+                            f"allowed: {', '.join(SECTIONS)}")
         if not isinstance(value, dict):
             raise S2STError(f"{_at(path, lines, key)}: {key} must be a mapping, got {_type_name(value)}")
     for i, name in enumerate(STAGE_SECTIONS[1:], start=1):
@@ -228,6 +236,7 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
         raise S2STError(f"{_at(path, lines, 'general.model_type')}: unknown model_type {model_type!r}; "
                         f"known: {', '.join(known)}")
     _check_misspelt_settings(general, path, lines)
+    _check_plugin_keys(general, path, lines)
     serves = general.get("serves_speech")
     if serves is not None and not isinstance(serves, bool):
         raise S2STError(f"{_at(path, lines, 'general.serves_speech')} (general.serves_speech): "
@@ -235,9 +244,34 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
     targets = general.get("targets")  # goodput: {ttfa_s: x, rtf: y}
     if targets is not None and (not isinstance(targets, dict) or not set(targets) <= TARGET_KEYS
                                 or not all(_positive_number(v) for v in targets.values())):
+        from .inputs import closest, show
+
+        typo = next((k for k in targets if k not in TARGET_KEYS), None) if isinstance(targets, dict) else None
+        hint = f" (unknown key {show(repr(typo))}{closest(typo, sorted(TARGET_KEYS))})" if typo is not None else ""
         raise S2STError(f"{_where(path, lines, 'general.targets')}: targets must map ttfa_s and/or rtf to "
-                        f"numbers > 0, got {targets!r}")
+                        f"numbers > 0, got {show(repr(targets))}{hint}")
     return model_type
+
+
+# general keys the plugin reads that are no setting (settings.SETTINGS): what a typo of them would silently drop
+PLUGIN_GENERAL_KEYS = ("model_type", "name", "dataset_path", "references", "target_lang", "serves_speech", "targets",
+                       "target_sr", "dump_waveform_file_prefix")
+
+
+def _check_plugin_keys(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:
+    """The types of the general keys the plugin reads itself (a list of references or a number as the
+    target language was a TypeError deep in the scorer, or silently no score)."""
+    from .inputs import show
+
+    references = general.get("references")
+    if references is not None and (not isinstance(references, str) or not references.strip()):
+        got = "an empty string" if isinstance(references, str) else f"{_type_name(references)} {show(repr(references), 80)}"
+        raise S2STError(f"{_where(path, lines, 'general.references')}: must be the path of a text file, one "
+                        f"reference translation per line in dataset order; got {got}")
+    language = general.get("target_lang")
+    if language is not None and (not isinstance(language, str) or not language.strip()):
+        raise S2STError(f"{_where(path, lines, 'general.target_lang')}: must be a language code (e.g. en), got "
+                        f"{_type_name(language)} {show(repr(language), 80)}")
 
 
 MISSPELT = 0.85  # difflib ratio: 'dataset_sise' -> 'dataset_size' (0.92); fairseq's own 'device_id' -> 'device' (0.8) is kept
@@ -250,7 +284,7 @@ def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapp
 
     from .settings import SETTINGS
 
-    names = [s.name for s in SETTINGS if s.per_case]
+    names = [s.name for s in SETTINGS if s.per_case] + list(PLUGIN_GENERAL_KEYS)
     for key in general:
         if not isinstance(key, str) or key in names:
             continue
@@ -328,12 +362,24 @@ def load_config(
     name = general.get("name")
     case_name = str(name) if name not in (None, "") else path.stem
     if data.get("quality") is not None:  # the policy is checked when the case is resolved, for every test
-        from .gate import gate_policy
+        from .gate import check_plugin_keys, gate_policy, quality_keys
+        from .inputs import closest, show
 
+        for key in data["quality"]:  # an unknown key named at its own line (gate_policy knows the section's)
+            if key not in quality_keys():
+                raise S2STError(f"{_where(path, lines, f'quality.{key}')}: unknown key {show(repr(key))}"
+                                f"{closest(key, quality_keys())}; known: {', '.join(sorted(quality_keys()))}")
+        check_plugin_keys(data["quality"], lambda key: _where(path, lines, f"quality.{key}"))
         gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
     serve = data.get("serve")
     if serve is not None:
-        from .service.stream import parse_serve
+        from .inputs import closest, show
+        from .service.stream import SERVE_KEYS, parse_serve
+
+        for key in serve:  # parse_serve names an unknown key; here with its line and what it meant
+            if key not in SERVE_KEYS:
+                raise S2STError(f"{_where(path, lines, f'serve.{key}')}: unknown key {show(repr(key))}"
+                                f"{closest(key, SERVE_KEYS)}; known: {', '.join(SERVE_KEYS)}")
 
         parse_serve(serve, _at(path, lines, "serve"))  # checked at load: s2st-serve reads it
     return CaseConfig(

@@ -109,7 +109,11 @@ def _text_lines(path: Path, what: str, encoding: str) -> list[str]:
         with open(path, "rb") as f:
             data = f.read(LIMITS.text_bytes + 1)  # + 1: a file that grew since stat() is still caught
         text = data.decode(encoding)
-    except (OSError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:  # the line, and what the bytes likely are: Latin-1 / cp1252 or UTF-16
+        line = data[: e.start].count(b"\n") + 1
+        raise S2STError(f"{_show(path)}:{line}: cannot read {what}: not UTF-8 text (byte 0x{data[e.start]:02x} at "
+                        f"offset {e.start}: Latin-1, cp1252 or UTF-16?); save it as UTF-8") from None
+    except OSError as e:
         raise S2STError(f"{_show(path)}: cannot read {what}: {_reason(e)}") from None
     if len(data) > LIMITS.text_bytes:
         raise _over(_show(path), f"{what} size", f"over {LIMITS.text_bytes} bytes", "text_bytes")
@@ -461,6 +465,26 @@ def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
     return items[:size] if size else items
 
 
+def dataset_count(path: str | os.PathLike, kind: str = "npy") -> int | None:
+    """How many samples the dataset holds, read cheaply (an npy's header, a manifest's or jsonl's lines, each
+    checked as its loader checks it): what a references file is checked against before any test runs. None
+    when the npy header does not tell (a 0-d object array holding a list)."""
+    path = Path(path)
+    if kind == "npy":
+        _regular_size(path, "dataset file", "npy_bytes")
+        try:
+            with open(path, "rb") as f:
+                shape, dtype = _read_npy_header(f, path)
+        except OSError as e:
+            raise S2STError(f"{_show(path)}: cannot read dataset file: {_reason(e)}") from None
+        return shape[0] if len(shape) == 1 and dtype.hasobject else None
+    if kind == "raw":
+        return len(_read_manifest(path)[1])
+    if kind == "text":
+        return len(_load_text_dataset(path, None))
+    raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
+
+
 def inputs_from(inputs: Any, where: str) -> list:
     """The inputs of ``s2st_benchmark(fn, inputs)``, one model call each: a list or tuple as given, an array or
     tensor row by row along its first axis, or any other iterable (a generator) consumed once, bounded by
@@ -470,7 +494,12 @@ def inputs_from(inputs: Any, where: str) -> list:
                         f"inputs, got {type(inputs).__name__}")
     if getattr(inputs, "ndim", None) == 0:
         raise S2STError(f"{where}: inputs is a 0-d array; pass a list of inputs or an array with one input per row")
-    out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
+    try:
+        out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
+    except (Exception, SystemExit) as exc:  # the user's generator raised: one line naming their file:line
+        from .pipelines.callable import _raised
+
+        raise S2STError(f"{where}: reading the inputs raised {_raised(exc)}") from None
     if len(out) > LIMITS.samples:
         raise _over(where, "inputs", f"more than {LIMITS.samples}", "samples")
     if not out:

@@ -122,6 +122,13 @@ class Measurement:
         return None
 
     def to_dict(self) -> dict[str, Any]:
+        # a metric the table lacks would vanish from a cascade's totals and every table: refused, named
+        unknown = sorted(({*self.quality} | {k for s in self.stages for k in s.metrics}) - set(BY_NAME))
+        if unknown:
+            from .errors import S2STError
+
+            raise S2STError(f"{self.case_id}: metric(s) {', '.join(map(repr, unknown))} not in the metric table "
+                            "(pytest_s2st/metrics.py METRICS): add a row there, or rename the measurement")
         return {
             "case": self.case_id,
             "model_type": self.model_type,
@@ -668,7 +675,26 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
                      measurement: Measurement | None = None, progress: Progress | None = None,
                      baseline: Any = None) -> Measurement:
     """Run every pass; ``drive_timing(rounds)`` runs the timed rounds and returns the timer's description.
-    ``baseline``: a second pipeline timed in the same rounds, ABBA (PairedRounds), for an in-process A/B."""
+    ``baseline``: a second pipeline timed in the same rounds, ABBA (PairedRounds), for an in-process A/B.
+    A model that calls sys.exit() (SystemExit is no Exception: it passed every guard, then pytest printed a
+    traceback) is one S2STError line naming where; what ``measurement`` holds by then is kept."""
+    try:
+        return _measure_pipeline(pipeline, samples, settings, case_id=case_id, drive_timing=drive_timing,
+                                 measurement=measurement, progress=progress, baseline=baseline)
+    except SystemExit as exc:
+        from .errors import S2STError
+        from .inputs import show
+        from .pipelines.callable import user_frame
+
+        at = user_frame(exc)
+        raise S2STError(f"the benchmarked model called sys.exit({show(repr(exc.code), 60)})"
+                        f"{f' at {show(at)}' if at else ''}: a model returns its output; nothing after that call "
+                        "was measured") from None
+
+
+def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *, case_id: str,
+                      drive_timing: Callable[[TimedRounds], str] | None,
+                      measurement: Measurement | None, progress: Progress | None, baseline: Any) -> Measurement:
     if not samples:
         raise ValueError("empty dataset")
     if baseline is not None and settings.runtime_protocol != "warm":
@@ -693,6 +719,7 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         threads=threads,
         runtime=runtime_info(),
         samples=len(samples),
+        inputs_sha256=_inputs_fingerprint(samples),  # compare's "same work" (work.py): the inputs' content
         repeat=settings.repeat,
         warmup=settings.warmup,
         runtime_protocol=settings.runtime_protocol,
@@ -767,10 +794,12 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         result.metrics["runtime_s"] = metric
     if paired is not None:
         _paired_runtime(measurement, paired, method, settings, threads)
-    # the runtime goes first in every stage's metrics, as in the table
+    # the runtime goes first in every stage's metrics, as in the table; a name the table lacks is refused, not dropped
     for m in (measurement, measurement.baseline):
         for result in (m.stages if m is not None else ()):
-            result.metrics = {k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}
+            result.metrics = {**{k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}, **result.metrics}
+        if m is not None:
+            m.to_dict()  # raises S2STError naming a metric the table lacks, before the test reports anything
     return measurement
 
 
@@ -819,3 +848,9 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
                   "less the time its thread waited for a CPU) where every round has it; 95% distribution-free "
                   "interval of the median (order statistics, binomial)",
     }
+
+
+def _inputs_fingerprint(samples: Any) -> str | None:
+    from .work import inputs_fingerprint
+
+    return inputs_fingerprint(samples)

@@ -27,7 +27,7 @@ def test_round_trip_is_exact(tmp_path, monkeypatch):
         """)
     with path.open("a") as f:
         f.write("quality:\n  baseline: base.yaml\n  max_speaker_drop: 0.1\n  scorer_id: resemblyzer-0.1.4\n")
-    explicit = {"threads": 3, "compare_fail": compare_limits("flops:1%,runtime_s:0.123456789"), "repeat": 2}
+    explicit = {"threads": 3, "compare_fail": compare_limits("flops:1%,runtime_s:0.123456789s"), "repeat": 2}
     case = load_case(path, explicit, no_ini)
     back = round_trip(case)
     assert back == case
@@ -66,7 +66,7 @@ def test_bad_setting_in_json_is_a_value_error():
         settings_from_json({"threads": 0})
 
 
-@pytest.mark.parametrize("value, words", [("[[1.0e16, 1.0e16], {a: 1}]", "must be a path (a string), got list"),
+@pytest.mark.parametrize("value, words", [("[[1.0e16, 1.0e16], {a: 1}]", "must be a path (text), got list"),
                                           ("'" + "x" * 5000 + "'", "cannot be read: OSError"),
                                           ("nowhere.npy", "does not exist")])
 def test_a_dataset_path_that_is_no_path_is_one_line_naming_its_key(tmp_path, value, words):

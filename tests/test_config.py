@@ -391,7 +391,9 @@ def test_unknown_top_level_key(tmp_path):
     ("{stream: yes please}", "(serve.stream): must be true or false, got 'yes please'"),
     ("{stream: true, chunk_frames: 0}", "(serve.chunk_frames): must be an integer in 1-100000, got 0"),
     ("{stream: true, left_context_frames: -1}", "(serve.left_context_frames): must be an integer in 0-100000, got -1"),
-    ("{stream: true, chunk: 4}", "(serve.chunk): unknown key; known: stream, chunk_frames, left_context_frames"),
+    ("{stream: true, chunk: 4}", "(serve.chunk): unknown key 'chunk'; known: stream, chunk_frames, left_context_frames"),
+    ("{strem: true}", "(serve.strem): unknown key 'strem' (did you mean 'stream'?); known: stream, chunk_frames, "
+                      "left_context_frames"),
 ])
 def test_bad_serve_section_is_one_line_naming_the_line(tmp_path, serve, expected):
     p = write(tmp_path, f"general: {{model_type: S2T}}\nstage1: {{}}\nserve: {serve}\n")

@@ -321,7 +321,7 @@ def test_quality_policy_is_checked_when_the_case_is_resolved(tmp_path):
     with pytest.raises(S2STError) as e:
         load_config(cfg)
     msg = str(e.value)
-    assert "c.yaml:5: quality: unknown key 'max_eror_rate_increase'" in msg
+    assert "c.yaml:7 (quality.max_eror_rate_increase): unknown key 'max_eror_rate_increase'" in msg  # its own line
     assert "did you mean 'max_error_rate_increase'?" in msg
     cfg.write_text("general:\n  model_type: callable\nstage1:\n  factory: m:f\nquality:\n  scorer_id: s\n"
                    "  min_improvement_pct: .inf\n")

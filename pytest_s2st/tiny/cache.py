@@ -23,8 +23,11 @@ def cache_root() -> Path:
         raise S2STError(f"$S2ST_CACHE_DIR {base[:200]!r}: holds a control character (a line break?); "
                         "set it to a folder's path")
     path = Path(base)
-    if path.exists() and not path.is_dir():
-        raise S2STError(f"$S2ST_CACHE_DIR {base[:200]}: is not a folder; set it to a folder "
+    # the nearest part that exists must be a folder: under a regular file nothing can be created
+    existing = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+    if existing is not None and not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is not a folder)"
+        raise S2STError(f"$S2ST_CACHE_DIR {base[:200]}: is not a folder{where}; set it to a folder "
                         "(or unset it for ~/.cache/pytest-s2st)")
     return path
 
