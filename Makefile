@@ -18,7 +18,7 @@ FAIRSEQ := $(shell grep -o 'fairseq-fixed==[0-9.]*' pyproject.toml)
 #   papi     python-papi: --s2st-flops=papi (hardware FLOP counters, where the CPU exposes them)
 #   quality  jiwer, pocketsphinx, librosa, scipy, webrtcvad, sacrebleu (+ resemblyzer, below): the quality gate's
 #            offline scorers (WER, speaker similarity, durations) and BLEU/chrF
-#   history  ruptures (change points), psycopg (a PostgreSQL history); scipy
+#   history  scipy (the change points' test), psycopg (a PostgreSQL history); dev adds ruptures (a test oracle)
 #   qwen     qwen-tts: the tiny Qwen3-TTS case of `make bench` and the 0.6B of `make bench-full`
 # EXTRAS=dev,fairseq is enough for the callable path and the fairseq cases (the Qwen3-TTS case is then left out)
 EXTRAS ?= dev,fairseq,history,papi,quality,qwen

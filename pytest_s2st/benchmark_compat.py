@@ -104,6 +104,25 @@ def export_benchmarks(config: Any, rename: Mapping[str, str]) -> list[dict[str, 
     return out
 
 
+def session_document(config: Any) -> dict[str, Any] | None:
+    """This session's rows as the document --benchmark-json would write (machine, commit, rows without their raw
+    timings), through pytest-benchmark's own hooks; None when nothing was timed."""
+    import json
+
+    from pytest_benchmark.utils import safe_dumps
+
+    session = _session(config)
+    rows = [bench for bench in session.benchmarks if bench]
+    if not rows:
+        return None
+    commit_info = config.hook.pytest_benchmark_generate_commit_info(config=config)
+    config.hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+    document = config.hook.pytest_benchmark_generate_json(config=config, benchmarks=rows, include_data=False,
+                                                          machine_info=session.get_machine_info(),
+                                                          commit_info=commit_info)
+    return json.loads(safe_dumps(document))
+
+
 def absorb_benchmarks(config: Any, rows: list[dict[str, Any]]) -> None:
     """The controller's side of export_benchmarks: each row becomes a stats.Metadata again, its Stats
     refilled with the raw per-iteration timings, so the table, the saved JSON and --benchmark-compare

@@ -101,8 +101,12 @@ def pytest_configure(config: pytest.Config) -> None:
         state.option("shard")
         state.check_evidence_dir()
         state.option("level_parts_wait")
-        if config.getoption("s2st_config"):
+        if config.getoption("s2st_config") or state.ini("s2st_config"):
             state.load_cases()  # a bad config is a usage error before collection
+        else:  # the embedded demo is staged under $S2ST_CACHE_DIR if a test asks for a case: a bad one is named now
+            from .tiny.cache import cache_root
+
+            cache_root()
         for name in ("ab_base", "ab_pairs", "ab_round_s"):
             state.option(name)
     except S2STError as exc:
@@ -110,6 +114,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from .plugin_versions import configure as code_versions
 
     code_versions(config, state)  # --s2st-ab-base's controller, or a worker it started
+    from .plugin_history import configure as history
+
+    history(config, state)  # --s2st-history: the session's rows appended to the results database
     if _xdist_distributes(config):  # -n N: workers time, the controller merges (plugin_xdist.py)
         from .plugin_xdist import XdistGlue
 
@@ -289,6 +296,13 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
                                   config_lines=s2st_case.config.lines)
     except S2STError as exc:
         fail(exc)
+    except SystemExit as exc:  # no Exception: the factory's own guard lets it through
+        from .inputs import show
+        from .pipelines.callable import user_frame
+
+        at = user_frame(exc)
+        fail(f"{s2st_case.config.path}: building the case's pipeline called sys.exit({show(repr(exc.code), 60)})"
+             f"{f' at {show(at)}' if at else ''}")
     yield pipeline
     pipeline.close()
 
@@ -360,7 +374,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     state = session_of(request.config)
     case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
-    def run(pipeline, dataset, *, baseline=None) -> Measurement:
+    def run(pipeline, dataset, *, baseline=None, references=None) -> Measurement:
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
         versions = state.code_versions
@@ -389,6 +403,13 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
             if baseline is not None and not is_pipeline(baseline):
                 baseline = from_function(baseline, f"{request.node.nodeid}: s2st_benchmark(..., baseline=)")
             dataset = inputs_from(dataset, where)
+            if references is not None:
+                if not own:
+                    raise S2STError(f"{where}: references= scores your own callable's outputs; the case's pipeline "
+                                    "takes its references from the config (general.references)")
+                from .gate import given_references
+
+                references = given_references(references, len(dataset), where)
         except S2STError as exc:
             fail(exc)
         settings, run_settings = _run_settings(request, case)
@@ -435,7 +456,9 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
                                  progress=_progress_writer(request.config, measurement.case_id))
         except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
             fail(exc)
-        if case is not None:
+        if references is not None:
+            _given_translation(request, case, references, measurement)
+        elif case is not None:
             _translation(request, state, case, dataset, measurement, pipeline)
         benchmark.extra_info["s2st"] = measurement.to_dict()
         if versions is not None:
@@ -462,7 +485,9 @@ def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, 
     try:
         scores = case_translation_scores(case, samples, [s.name for s in measurement.stages],
                                          measurement.stage_outputs, pipeline, where)
-        policy = gate_policy(case.config.quality, marker.kwargs if marker else None, f"{where} (quality)")
+        # the marker's own keys were checked at setup (named as the test file's); what is left is the merge
+        policy = gate_policy(case.config.quality, marker.kwargs if marker else None,
+                             f"{where} (quality)" + (f" with {gate_where(request.node)}" if marker else ""))
     except S2STError as exc:
         fail(exc)
     measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items() if not m.get("absent")})
@@ -482,6 +507,36 @@ def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, 
                                             "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
 
 
+def _given_translation(request: pytest.FixtureRequest, case: Any, references: list, measurement: Any) -> None:
+    """s2st_benchmark(fn, inputs, references=[...]): BLEU/chrF of the callable's text outputs into the row and,
+    with translation thresholds in the policy (the s2st_gate marker over a case's quality: section), the verdict.
+    Drop thresholds need a baseline's scores, which a callable has not: INCONCLUSIVE with the reason."""
+    from .gate import gate_policy, given_reference_scores
+    from .measure.record import Metric
+    from .quality.translation import judge_translation, translation_keys
+    from .quality.verdict import Verdict
+
+    settings = case.settings if case is not None else {"bleu_tokenize": session_of(request.config).option("bleu_tokenize")}
+    scores = given_reference_scores([s.name for s in measurement.stages], measurement.stage_outputs, references,
+                                    settings.get("bleu_tokenize"))
+    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items()})
+    marker = request.node.get_closest_marker("s2st_gate")
+    quality = case.config.quality if case is not None else None
+    try:
+        policy = gate_policy(quality, marker.kwargs if marker else None,
+                             f"{case.config.path} (quality)" if case is not None else gate_where(request.node))
+    except S2STError as exc:
+        fail(exc)
+    if policy is None or not translation_keys(policy):
+        return
+    status, reasons, metrics = judge_translation(policy, scores, None)
+    reasons = [r.replace("(quality.baseline)", "(a callable's references= give no baseline scores)") for r in reasons]
+    measurement.gate = Verdict(status, reasons, {"translation": metrics})
+    measurement.info["translation_gate"] = {"status": status, "reasons": reasons, "metrics": metrics,
+                                            "baseline": None, "references": "s2st_benchmark(references=)",
+                                            "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
+
+
 def case_translation_scores(case: Any, samples: list, names: list, outputs: list, pipeline: Any, where: str) -> dict:
     """Every translation metric of a case's outputs (Metric dicts): BLEU/chrF of its last text stage, ASR-BLEU/
     ASR-chrF of its final speech; a metric it could not score carries the reason (value None)."""
@@ -494,10 +549,11 @@ def case_translation_scores(case: Any, samples: list, names: list, outputs: list
     finder = getattr(pipeline, "reference_decoder", None)
     decode = finder() if callable(finder) else None
     asr_dir = (case.config.quality or {}).get("asr_model_dir")
-    scores = measure_translation(samples, names, outputs, references, where, decode)
+    tokenize = case.settings.get("bleu_tokenize") or "13a"  # resolved by load_case (auto: by target language)
+    scores = measure_translation(samples, names, outputs, references, where, decode, tokenize)
     scores.update(measure_speech(samples, names, outputs, references, where,
                                  target_language(general, case.config.stages),
-                                 lambda lang: asr_backend(lang, asr_dir), decode))
+                                 lambda lang: asr_backend(lang, asr_dir), decode, tokenize))
     for kind, speech in ((TEXT_METRICS, False), (SPEECH_METRICS, True)):  # why not, for a gate that needs them
         if not any(name in scores for name in kind):
             scores.update({name: dict(m, absent=True) for name, m in missing_metrics(
@@ -626,9 +682,10 @@ def _unjudged_gate(item: pytest.Item, measurement: Any) -> str:
     """Why an s2st_gate marker on an s2st_benchmark test judged nothing."""
     marker = item.get_closest_marker("s2st_gate")
     keys = ", ".join(f"{k}={v!r}" for k, v in marker.kwargs.items())
-    if "config" not in measurement.info:  # s2st_benchmark(fn, inputs): no case, so no references
-        why = ("s2st_benchmark(model, inputs) of your own callable has no references to score: translation gates "
-               "judge a config case's text or speech against its references (general.references, docs/quality.md)")
+    if "config" not in measurement.info and not measurement.quality:  # s2st_benchmark(fn, inputs): no references
+        why = ("s2st_benchmark(model, inputs) of your own callable has no references to score: pass "
+               "references=[...], one reference translation per input (docs/writing.md), or benchmark a config "
+               "case with general.references (docs/quality.md)")
     else:
         why = "no translation score it names was measured for this case (its other keys judge service benchmarks)"
     return f"s2st_gate({keys}) not judged: {why}"
@@ -679,6 +736,23 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             parse_budget(marker.kwargs, item.nodeid)
         except S2STError as exc:
             fail(exc)
+    gate = item.get_closest_marker("s2st_gate")
+    if gate is not None:
+        from .gate import gate_policy
+
+        try:
+            if gate.args:
+                raise S2STError(f"{gate_where(item)}: s2st_gate takes keyword arguments only, got {len(gate.args)} "
+                                "positional")
+            gate_policy(None, gate.kwargs, gate_where(item))  # its own keys, named as the test file's
+        except S2STError as exc:
+            fail(exc)
+
+
+def gate_where(item: pytest.Item) -> str:
+    """'test_x.py:12 (s2st_gate of test_name)': where a marker's bad keyword was written."""
+    path, line, _ = item.location
+    return f"{path}:{(line or 0) + 1} (s2st_gate of {getattr(item, 'originalname', item.name)})"
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -109,11 +109,57 @@ def text(value: Any) -> str:
 
 def path(value: Any) -> str:
     """A file or folder name: text without a NUL or a line break (the OS refuses the first; the
-    second would split every line that echoes the path)."""
+    second would split every line that echoes the path). A config's null, boolean, list or mapping is no path:
+    str() of it would name a folder "None" or "{'extra_body': None}" (and dump_dir creates it)."""
+    if value is None or isinstance(value, (bool, dict, list)):
+        raise ValueError(f"must be a path (text), got {'null' if value is None else type(value).__name__}")
     out = text(value)
     if any(c in out for c in "\x00\n\r"):
         raise ValueError(f"must be a path without NUL or line breaks, got '{show(out)}'")
     return out
+
+
+def history_url(value: Any) -> str:
+    """Where the results history lives: a path, sqlite:///PATH or postgresql://... (checked when it opens)."""
+    out = path(value)
+    if "://" in out and not out.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        raise ValueError(f"must be a path, sqlite:///PATH or postgresql://..., got '{show(out)}'")
+    return out
+
+
+HISTORY_TESTS = ("t", "z", "percent")
+
+
+def history_limits(value: Any) -> tuple[tuple[str, str, float], ...]:
+    """'runtime_s,bleu:percent:0.02' -> (('runtime_s', 't', 0.999), ('bleu', 'percent', 0.02))."""
+    from .metrics import BY_NAME as METRICS
+
+    out = []
+    for item in (value if isinstance(value, (list, tuple)) else str(value).split(",")):
+        # an item parsed before comes back from a case's JSON as [metric, test, boundary]
+        parts = [str(p).strip() for p in (item if isinstance(item, (list, tuple)) else str(item).split(":"))]
+        if not parts[0] and len(parts) == 1:
+            continue
+        metric, test = parts[0], parts[1] if len(parts) > 1 else "t"
+        if metric not in METRICS:
+            raise ValueError(f"'{show(metric)}' is not a metric (one of {', '.join(METRICS)})")
+        if METRICS[metric].better not in ("lower", "higher"):
+            raise ValueError(f"'{show(metric)}': neither a higher nor a lower value is worse, so no threshold can fire")
+        if test not in HISTORY_TESTS or len(parts) > 3:
+            raise ValueError(f"'{show(item)}': expected METRIC[:TEST[:BOUNDARY]] with TEST one of "
+                             f"{', '.join(HISTORY_TESTS)}")
+        default = 0.05 if test == "percent" else 0.999
+        try:
+            boundary = float(parts[2]) if len(parts) > 2 else default
+        except ValueError:
+            boundary = float("nan")
+        if not (0 < boundary < 1 and (test == "percent" or boundary > 0.5)):
+            raise ValueError(f"'{show(item)}': the boundary must be a quantile in (0.5, 1) for t and z, a fraction "
+                             "in (0, 1) for percent (0.05 = 5 %)")
+        out.append((metric, test, boundary))
+    if not out:
+        raise ValueError(f"must name at least one metric, got {value!r}")
+    return tuple(out)
 
 
 def extra_body(value: Any) -> dict:
@@ -159,6 +205,13 @@ def endpoint(value: Any) -> str:
         raise ValueError(str(exc)) from None
 
 
+def bleu_tokenize(value: Any) -> str:
+    """auto, or a sacrebleu tokenizer name whose modules are installed (quality/translation.py)."""
+    from .quality.translation import parse_tokenize
+
+    return parse_tokenize(value)
+
+
 def device_name(value: Any) -> str:
     """auto | cpu | cuda | npu, or cuda:N / npu:N (one device of several)."""
     out = str(value).strip().lower()
@@ -188,44 +241,7 @@ def boolean(value: Any) -> bool:
 
 
 
-@dataclass(frozen=True)
-class CompareLimit:
-    metric: str
-    limit: float
-    percent: bool
-
-    def exceeded(self, old: float | None, new: float | None) -> float | None:
-        """The regression (new - old, in % or units) when it passes the limit, else None."""
-        if old is None or new is None:
-            return None
-        change = new - old
-        if self.percent:
-            if old == 0:
-                return None if new == 0 else float("inf")
-            change = 100.0 * change / abs(old)
-        return change if change > self.limit else None
-
-    def __str__(self) -> str:
-        return f"{self.metric}:{self.limit:g}{'%' if self.percent else ''}"
-
-
-_LIMIT_RE = re.compile(r"^(?P<metric>[a-z_]+):(?P<value>\d+(?:\.\d+)?)(?P<pct>%?)$")
-
-
-def compare_limits(value: Any) -> tuple[CompareLimit, ...]:
-    """'peak_delta_mib:10%,flops:1%,runtime_s:0.5' -> limits (percent, or absolute in the metric's unit)."""
-    items = [part.strip() for part in str(value).split(",") if part.strip()]
-    if not items:
-        raise ValueError("must be metric:limit[%],... e.g. peak_delta_mib:10%,flops:1%")
-    out = []
-    for item in items:
-        match = _LIMIT_RE.match(item)
-        if not match:
-            raise ValueError(f"bad item {item!r}: expected metric:limit or metric:limit% (e.g. runtime_s:5%)")
-        if match["metric"] not in COMPARE_METRICS:
-            raise ValueError(f"unknown metric {match['metric']!r} in {item!r}; known: {', '.join(COMPARE_METRICS)}")
-        out.append(CompareLimit(match["metric"], float(match["value"]), bool(match["pct"])))
-    return tuple(out)
+from .limits import CompareLimit, compare_limits  # noqa: E402,F401 -- the limit grammar (limits.py)
 
 
 @dataclass(frozen=True)
@@ -288,6 +304,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
     Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
     Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
+    Setting("bleu_tokenize", bleu_tokenize, "auto", "sacrebleu tokenizer of BLEU and ASR-BLEU: auto (by the target language, as sacrebleu picks for its test sets: zh -> zh, ja -> ja-mecab, ko -> ko-mecab, else 13a; refused when its modules are not installed) or any sacrebleu tokenizer (13a, intl, char, zh, ja-mecab, ko-mecab, flores200, ...); it is in the score's signature", metavar="NAME"),
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
     Setting("ab_round_s", bounded_float(MAX_ROUND_S), 0.1, "an A/B (baseline=, --s2st-ab-base) runs this many seconds of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy machine then takes its share of a round rather than adding the same delay to both sides", metavar="S"),
     Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)", per_case=False, metavar="REF"),
@@ -315,6 +332,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("plot", path, None, "write a PNG per case into DIR (relative: under the rootdir): time to first audio, real-time factor, error rate, throughput, playback underrun and inter-chunk gap against concurrency, one line per test, a served baseline overlaid dashed (default: no plot)", per_case=False, metavar="DIR"),
     Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
     Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
+    Setting("history", history_url, None, "append this session's rows (every metric with its interval, per stage and service level, the A/B and gate verdicts) to a results database: a path (e.g. .benchmarks/s2st-history.sqlite), sqlite:///PATH or postgresql://USER@HOST/DB; see it with s2st-history site (default: not kept)", per_case=False, metavar="URL"),
+    Setting("history_fail", history_limits, None, "fail the session when a metric's new value is past a statistical threshold over its history (same branch and machine, --s2st-history-window runs): METRIC[:TEST[:BOUNDARY]],... with TEST t (default), z or percent; BOUNDARY a quantile for t/z (default 0.999) or a fraction for percent (e.g. runtime_s:percent:0.05); only the metric's bad direction fires", per_case=False, metavar="LIMITS"),
+    Setting("history_window", bounded_int(10_000), 30, "--s2st-history-fail: runs of history a new value is judged against", per_case=False, metavar="N"),
     Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge; default: all cases)", per_case=False, metavar="I/N"),
 )
 

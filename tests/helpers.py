@@ -166,3 +166,15 @@ from model import model
 def test_model(s2st_benchmark):
     s2st_benchmark(model, [1, 2, 3, 4])
 '''
+
+
+XDIST_VARIABLES = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+def session_env() -> dict:
+    """The environment for a pytest session a module-scoped fixture starts: without xdist's worker variables
+    (conftest's autouse fixture removes them for each test, but a module fixture runs before it), which would make
+    pytest-benchmark disable itself there and save nothing."""
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from helpers import session_env
 from pg import postgres
 
 from pytest_s2st.cli import history as cli
@@ -48,7 +49,8 @@ def saved(tmp_path_factory):
     root = tmp_path_factory.mktemp("session")
     (root / "test_my_model.py").write_text(LINEAR)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_model.py",
-                          "--benchmark-json", "out.json"], cwd=root, capture_output=True, text=True, timeout=600)
+                          "--benchmark-json", "out.json"], cwd=root, env=session_env(), capture_output=True, text=True,
+                         timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     return root / "out.json"
 
@@ -56,7 +58,7 @@ def saved(tmp_path_factory):
 def test_a_session_row_becomes_points_with_their_intervals(saved):
     doc = records.load_document(saved)
     raw = json.loads(saved.read_text())
-    points = {(p.benchmark, p.part, p.metric): p for p in doc.points}
+    points = {(p.benchmark, p.part, p.metric): p for p in doc.points if p.statistic != "own mean"}
     flops = points[("test_my_model.py::test_my_model", "total", "flops")]
     assert flops.value == 2 * 125 * 80 * 80  # the mean of 2*frames*80*80 over 50..200 frames
     runtime = points[("test_my_model.py::test_my_model", "total", "runtime_s")]
@@ -68,6 +70,32 @@ def test_a_session_row_becomes_points_with_their_intervals(saved):
     device = points[("test_my_model.py::test_my_model", "total", "device_peak_mib")]
     assert device.value is None and device.reason == "no device memory on cpu"  # kept as missing, never 0
     assert doc.run.torch and doc.run.torch.startswith("2.13") and doc.run.machine
+
+
+def test_the_own_time_series_is_the_rounds_less_their_wait():
+    """rounds 10, 12, 30 ms with 0, 2, 19 ms waited for a CPU: own time 10, 10, 11 ms, mean 10.333 ms."""
+    row = {"fullname": "t.py::t", "extra_info": {"s2st": {"metrics": {"runtime_s": {
+        "value": 0.017333, "method": "timer", "details": {"statistic": "mean", "rounds": 3,
+                                                           "rounds_s": [0.010, 0.012, 0.030],
+                                                           "waited_s": [0.0, 0.002, 0.019]}}}}}}
+    doc = records.from_document({"benchmarks": [row], "datetime": "2026-01-01T00:00:00"}, "hand-made")
+    own = next(p for p in doc.points if p.statistic == "own mean")
+    assert own.value == pytest.approx(0.031 / 3) and own.n == 3
+    row["extra_info"]["s2st"]["metrics"]["runtime_s"]["details"]["waited_s"] = [0.0, None, 0.0]
+    doc = records.from_document({"benchmarks": [row], "datetime": "2026-01-01T00:00:00"}, "hand-made")
+    assert [p.statistic for p in doc.points] == ["mean"]  # a reading missing: no own time claimed
+
+
+def test_a_service_level_is_a_part_of_its_own_with_each_statistic_and_its_gate_verdict():
+    row = {"fullname": "b.py::test_load[tts-c4]", "extra_info": {"s2st_service": {
+        "concurrency": 4, "summary": {"ttfa_s": {"mean": 0.2, "p50": 0.19, "p90": 0.3, "p99": 0.4, "nope": 1},
+                                      "throughput": 3.5, "error_rate": 0.0, "rtf": "NaN"},
+        "verdict": {"status": "INCONCLUSIVE", "reasons": ["no baseline"]}}}}
+    doc = records.from_document({"benchmarks": [row], "datetime": "2026-01-01T00:00:00"}, "hand-made")
+    got = {(p.part, p.metric, p.statistic): p.value for p in doc.points}
+    assert got == {("c4", "ttfa_s", "mean"): 0.2, ("c4", "ttfa_s", "p50"): 0.19, ("c4", "ttfa_s", "p90"): 0.3,
+                   ("c4", "ttfa_s", "p99"): 0.4, ("c4", "throughput", ""): 3.5, ("c4", "error_rate", ""): 0.0}
+    assert [(v.kind, v.verdict, v.detail) for v in doc.verdicts] == [("gate", "INCONCLUSIVE", "no baseline")]
 
 
 def test_a_plain_row_is_its_mean_with_a_t_interval_computed_by_hand(saved):
@@ -177,6 +205,13 @@ def test_postgresql_keeps_what_sqlite_keeps_and_two_writers_lose_nothing(saved, 
             assert pg_db.series(key) == [e.__class__(e.run_id, e.run, e.point) for e in sqlite_db.series(key)]
         a, b = judge(RUNTIME, sqlite_db.series(RUNTIME)), judge(RUNTIME, pg_db.series(RUNTIME))
         assert [c.index for c in a.changes] == [c.index for c in b.changes] == [20]
+        from pytest_s2st.history.site import write_site
+
+        pages = {store: write_site(store, tmp_path / store.dialect) for store in (sqlite_db, pg_db)}
+        assert [p.relative_to(tmp_path / "sqlite") for p in pages[sqlite_db]] == \
+            [p.relative_to(tmp_path / "postgresql") for p in pages[pg_db]]
+        for mine, theirs in zip(pages[sqlite_db], pages[pg_db]):
+            assert mine.read_bytes() == theirs.read_bytes(), mine  # the same pages, byte for byte
         pg_db.close()
         sqlite_db.close()
         _two_writers(url, saved, each=15)
@@ -230,6 +265,21 @@ def test_a_ten_percent_step_is_found_at_its_commit_and_a_steady_series_flags_not
     assert false_changes <= 3 and false_alerts <= 10
 
 
+@pytest.mark.parametrize("kind", ["aa", "step", "creep"])
+def test_the_splits_are_ruptures_binary_segmentation(kind):
+    """The same method as ruptures.Binseg(model="l2") with the same penalty, on 30 seeded series of each kind."""
+    import numpy as np
+    import ruptures
+
+    from pytest_s2st.history.changes import MIN_SEGMENT, PENALTY, _segments, noise
+
+    for seed in range(30):
+        logs = np.log(_series(kind, 0.01, seed))
+        penalty = PENALTY * noise(list(logs)) ** 2 * math.log(len(logs))
+        theirs = ruptures.Binseg(model="l2", min_size=MIN_SEGMENT, jump=1).fit(logs.reshape(-1, 1)).predict(pen=penalty)
+        assert _segments(logs, penalty, MIN_SEGMENT) == theirs[:-1], seed
+
+
 def test_a_creep_of_two_percent_five_times_fires_the_window_threshold():
     fired = sum(bool(window_alerts(_series("creep", 0.005, s), boundary=0.999)) for s in range(100))
     assert fired >= 95
@@ -255,6 +305,7 @@ def test_cli_imports_a_folder_writes_a_site_and_checks(saved, tmp_path, capsys):
         doc["datetime"] = f"2026-11-01T{i:02d}:00:00"
         doc["benchmarks"][0]["extra_info"]["s2st"]["metrics"]["runtime_s"]["value"] = 1e-3 * doc_scale * (
             1 + 0.001 * (i % 3))
+        doc["benchmarks"][0]["extra_info"]["s2st"]["metrics"]["runtime_s"]["details"]["precision"] = 0.01
         (runs / f"{i:04d}_run.json").write_text(json.dumps(doc))
     db = str(tmp_path / "h.sqlite")
     assert cli.main(["--db", db, "import", str(tmp_path / ".benchmarks")]) == 0

@@ -30,6 +30,7 @@ VALUES = {
     "flops": ("off", "off"),
     "tensor_memory": ("off", "off"),
     "instructions": ("callgrind", "callgrind"),
+    "bleu_tokenize": ("zh", "zh"),
     "min_rounds": ("4", 4),
     "runtime_protocol": ("upstream", "upstream"),
     "target_precision": ("0.5", 0.5),
@@ -59,6 +60,9 @@ VALUES = {
     "quality": ("scores.json", "scores.json"),
     "plot": ("plots", "plots"),
     "shard": ("1/1", [1, 1]),  # one shard of one: keeps every case
+    "history": ("hist.sqlite", "hist.sqlite"),
+    "history_fail": ("flops:percent:0.05", [["flops", "percent", 0.05]]),
+    "history_window": ("7", 7),
     "level_parts": ("2", 2),
     "level_parts_wait": ("7.5", 7.5),
 }

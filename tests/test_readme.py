@@ -62,7 +62,11 @@ def _fake_venv(repo: Path) -> None:
     bin_dir.mkdir(parents=True)
     env = f'export PYTHONPATH="{repo}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
     scripts = {"python": "", "python3": "", "pytest": "-m pytest", "pytest-benchmark": "-m pytest_benchmark.cli"}
-    scripts.update({f"s2st-{name}": f"-m pytest_s2st.cli.{name}" for name in ("serve", "stage", "dataset", "assess", "merge", "compare")})
+    # every console script pyproject declares, as pip would install it (no tomllib: CI runs Python 3.10 too)
+    section = (repo / "pyproject.toml").read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
+    declared = re.findall(r'^([\w-]+) = "([\w.]+):\w+"', section, re.M)
+    assert declared, "pyproject.toml declares no console script"
+    scripts.update({name: f"-m {module}" for name, module in declared})
     for name, module in scripts.items():
         path = bin_dir / name
         path.write_text(f'#!/bin/sh\n{env}exec "{sys.executable}" {module} "$@"\n')

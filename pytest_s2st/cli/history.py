@@ -5,6 +5,9 @@
     s2st-history site OUT                   write the static trend site
     s2st-history check                      change points and window alerts of every series' newest run;
                                             exit 1 when one is in the metric's bad direction
+    s2st-history links SITE_URL [NODEID...]  markdown links to the trend page of each test id (read from standard
+                                            input when none is given, e.g. from pytest --collect-only -q): a pull
+                                            request's job summary links to the history of every benchmark it ran
 
 ``--db`` (or $S2ST_HISTORY) names the database: a path (default .benchmarks/s2st-history.sqlite),
 sqlite:///PATH or postgresql://USER@HOST/DB.
@@ -97,6 +100,20 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _links(args: argparse.Namespace) -> int:
+    from ..history.site import ALL, benchmark_page
+
+    ids = args.nodeids or [line.strip() for line in sys.stdin.read(1 << 20).splitlines()]
+    ids = [i for i in ids if "::" in i]  # pytest --collect-only -q also prints a count line
+    base = args.site_url.rstrip("/")
+    if ids:
+        print("| benchmark | trend |\n|---|---|")
+    for nodeid in ids:
+        cell = nodeid.replace("|", "\\|")  # a pipe in a parametrized id would end the table cell
+        print(f"| `{cell}` | [history]({base}/{benchmark_page(ALL, nodeid)}) |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="s2st-history", description="Keep every run in a results database and see it "
                                                             "over time (trend site, change points, alerts).")
@@ -118,9 +135,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="t/z: the one-sided quantile past which a value fires (default 0.999); percent: the "
                             "fraction off the window's mean (0.05 = 5 %%)")
     check.add_argument("--window", type=int_in(2, 10_000), default=30, help="runs of history judged against")
+    links = sub.add_parser("links", help="markdown links to each test id's trend page on the published site")
+    links.add_argument("site_url", help="where the site is published, e.g. https://OWNER.github.io/REPO")
+    links.add_argument("nodeids", nargs="*", help="test ids (default: read from standard input)")
     args = parser.parse_args(argv)
     try:
-        return {"import": _import, "site": _site, "check": _check}[args.command](args)
+        return {"import": _import, "site": _site, "check": _check, "links": _links}[args.command](args)
     except S2STError as exc:
         return refuse("s2st-history", exc)
     except OSError as exc:

@@ -1,13 +1,15 @@
 """Change points on one series, and the window threshold that judges a new value against its history.
 
-Change points: PELT (``ruptures``, l2 cost) on the logarithm of the values, so a step is relative (+10 % reads the
-same at 1 ms and 1 s). The penalty is BIC-like, ``PENALTY * sigma**2 * ln(n)``, where sigma is the series' own
+Change points: binary segmentation with the l2 cost (Scott & Knott; ``ruptures.Binseg(model="l2")`` is the same
+method) on the logarithm of the values, so a step is relative (+10 % reads the same at 1 ms and 1 s). The penalty is BIC-like, ``PENALTY * sigma**2 * ln(n)``, where sigma is the series' own
 noise: the median absolute successive difference (robust to the steps themselves, as a standard deviation).
 The runs' own scatter, not the intervals each run claims: a mean of 5 rounds claims +-35 % (README's example)
 where successive runs differ by 1-2 %, and a floor at the claimed interval hid a +10 % step. Each candidate is then kept only when the segments on either side differ by
 a Welch t-test at ``P_VALUE`` and by more than ``MIN_STEP``: PELT places steps, the test decides whether they
-are real. Why not apache-otava (E-divisive): it pins numpy 2.2 and pulls cloud clients; ruptures needs numpy and
-scipy only.
+are real. Why not a library: apache-otava (E-divisive) pins numpy 2.2 and pulls cloud clients; ruptures' PELT took
+7.6 s on one 1,000-run series here (pure-Python loops), so a site of 50 benchmarks x 14 series x 1,000 runs would
+take over an hour; with prefix sums one split is one numpy operation (tests/test_history.py holds the two methods'
+change points equal on seeded series).
 
 Window threshold (Bencher's statistical threshold): a new value against the last ``window`` values of its
 series: a one-sided t-test (``t``: the value against the window's mean, scaled by its standard deviation and
@@ -17,6 +19,7 @@ series steady to 0.05 % (a deterministic count, a busy-wait) would otherwise fir
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import mean, median, stdev
@@ -71,13 +74,47 @@ def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     vb = stdev(b) ** 2 if len(b) > 1 else 0.0
     if va == 0 and vb == 0:
         return 0.0 if mean(a) != mean(b) else 1.0
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    import warnings
+
+    with warnings.catch_warnings():  # near-identical values (a deterministic count): scipy warns, the p is right
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
-def change_points(values: Sequence[float], higher_is_better: bool = False, penalty: float = PENALTY) -> list[ChangePoint]:
-    """Where the series steps; values must be > 0 (a series with a zero or negative value is judged as is)."""
+def _segments(series: "np.ndarray", penalty: float, min_size: int) -> list[int]:
+    """Binary segmentation with the l2 cost: split a segment where the drop in the sum of squared deviations is
+    largest, while that drop exceeds the penalty. Prefix sums make each split one vector operation."""
     import numpy as np
-    import ruptures
+
+    ends: list[int] = []
+    todo = [(0, len(series))]
+    s1 = np.concatenate([[0.0], np.cumsum(series)])
+    s2 = np.concatenate([[0.0], np.cumsum(series * series)])
+
+    def cost(a: "np.ndarray | int", b: "np.ndarray | int") -> "np.ndarray":
+        n = b - a
+        return (s2[b] - s2[a]) - (s1[b] - s1[a]) ** 2 / n
+
+    while todo:
+        a, b = todo.pop()
+        if b - a < 2 * min_size:
+            continue
+        k = np.arange(a + min_size, b - min_size + 1)
+        gain = cost(a, b) - cost(a, k) - cost(k, b)
+        best = int(np.argmax(gain))
+        if gain[best] <= penalty:
+            continue
+        split = int(k[best])
+        ends.append(split)
+        todo += [(a, split), (split, b)]
+    return sorted(ends)
+
+
+def change_points(values: Sequence[float], higher_is_better: bool = False,
+                  penalty: float = PENALTY) -> list[ChangePoint]:
+    """Where the series steps; values must be > 0 for relative steps (a series with a zero or negative value is
+    judged on the values themselves)."""
+    import numpy as np
 
     logs = _logs(values)
     series = logs if logs is not None else [float(v) for v in values]
@@ -85,9 +122,7 @@ def change_points(values: Sequence[float], higher_is_better: bool = False, penal
     if n < 2 * MIN_SEGMENT:
         return []
     sigma = noise(series)
-    algo = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(np.asarray(series).reshape(-1, 1))
-    ends = algo.predict(pen=penalty * sigma * sigma * math.log(n))
-    bounds = [0] + ends
+    bounds = [0] + _segments(np.asarray(series, dtype=float), penalty * sigma * sigma * math.log(n), MIN_SEGMENT) + [n]
     out = []
     for k in range(1, len(bounds) - 1):
         left, right = series[bounds[k - 1]:bounds[k]], series[bounds[k]:bounds[k + 1]]
@@ -99,12 +134,14 @@ def change_points(values: Sequence[float], higher_is_better: bool = False, penal
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: int) -> float:
     from scipy import stats
 
     return float(stats.t.ppf(q, df))
 
 
+@functools.lru_cache(maxsize=64)
 def _z_quantile(q: float) -> float:
     from statistics import NormalDist
 
@@ -112,13 +149,16 @@ def _z_quantile(q: float) -> float:
 
 
 def window_alert(history: Sequence[float], value: float, index: int, test: str = "t", boundary: float = 0.99,
-                 window: int = 30, higher_is_better: bool = False) -> Alert | None:
+                 window: int = 30, higher_is_better: bool = False, value_se: float = 0.0) -> Alert | None:
     """The new value against the last ``window`` values before it; an Alert when it is past the boundary in the
-    bad direction. ``boundary``: a quantile in (0.5, 1) for t and z, a fraction (0.05 = 5 %) for percent."""
+    bad direction. ``boundary``: a quantile in (0.5, 1) for t and z, a fraction (0.05 = 5 %) for percent.
+    ``value_se``: the new value's own standard error (its interval half-width / 1.96), added to the window's
+    spread: a run that measured itself as +-21 % (one preempted round of five) is not called a regression on
+    its mean alone, as asv weighs each step by the measured uncertainty."""
     past = list(history[-window:])
     if len(past) < 2:
         return None  # no history to judge against: not an alert, not a pass either (the caller says so)
-    base, sign = mean(past), (-1.0 if higher_is_better else 1.0)
+    base, sign = math.fsum(past) / len(past), (-1.0 if higher_is_better else 1.0)
     if base and (value - base) * sign / abs(base) <= MIN_STEP:
         return None
     if test == "percent":
@@ -126,11 +166,12 @@ def window_alert(history: Sequence[float], value: float, index: int, test: str =
         rel = (value - base) / base if base else 0.0
         fired = rel * sign > boundary
         return Alert(index, value, base, limit, rel, test, len(past)) if fired else None
-    sd = stdev(past)
+    sd = math.sqrt(math.fsum((x - base) ** 2 for x in past) / (len(past) - 1))  # statistics.stdev is exact and slow
+    value_se = value_se if math.isfinite(value_se) and value_se > 0 else 0.0
     if test == "t":
-        scale, q = sd * math.sqrt(1 + 1 / len(past)), _t_quantile(boundary, len(past) - 1)
+        scale, q = math.hypot(sd * math.sqrt(1 + 1 / len(past)), value_se), _t_quantile(boundary, len(past) - 1)
     elif test == "z":
-        scale, q = sd, _z_quantile(boundary)
+        scale, q = math.hypot(sd, value_se), _z_quantile(boundary)
     else:
         raise ValueError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
     limit = base + sign * q * scale
@@ -143,11 +184,13 @@ def window_alert(history: Sequence[float], value: float, index: int, test: str =
 
 
 def window_alerts(values: Sequence[float], test: str = "t", boundary: float = 0.99, window: int = 30,
-                  higher_is_better: bool = False, min_history: int = 5) -> list[Alert]:
+                  higher_is_better: bool = False, min_history: int = 5,
+                  standard_errors: Sequence[float] = ()) -> list[Alert]:
     """Every point judged against the points before it (the trend page marks them)."""
     out = []
     for i in range(min_history, len(values)):
-        alert = window_alert(values[:i], values[i], i, test, boundary, window, higher_is_better)
+        se = standard_errors[i] if i < len(standard_errors) else 0.0
+        alert = window_alert(values[:i], values[i], i, test, boundary, window, higher_is_better, se)
         if alert is not None:
             out.append(alert)
     return out

@@ -111,7 +111,38 @@ def _metric_points(benchmark: str, part: str, metrics: Any) -> list[Point]:
         points.append(Point(benchmark, part, name, value, _text(details.get("statistic")) or "",
                             low, high, rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None,
                             _text(m.get("method")), None if value is not None else _text(m.get("reason") or "n/a")))
+        own = _own_mean(details) if name == "runtime_s" else None
+        if own is not None:
+            mean_own, n_own, half = own
+            points.append(Point(benchmark, part, name, mean_own, OWN_MEAN,
+                                *((mean_own - half, mean_own + half) if half is not None else (None, None)),
+                                n=n_own, method=OWN_METHOD))
     return points
+
+
+OWN_MEAN = "own mean"
+OWN_METHOD = "mean of the rounds less each round's run-queue wait (measure/runqueue.py)"
+
+
+def _own_mean(details: Mapping[str, Any]) -> tuple[float, int, float | None] | None:
+    """The runtime as the A/B judges it on a busy machine: each round's wall time less the time its thread waited
+    for a CPU. A series of its own: a neighbour's load moves the wall-time mean, not this one."""
+    from ..measure.runqueue import own_times
+
+    rounds, waits = details.get("rounds_s"), details.get("waited_s")
+    if not isinstance(rounds, list) or not isinstance(waits, list) or not rounds:
+        return None
+    values = [finite(v) for v in rounds + waits]
+    if None in values or any(isinstance(v, bool) for v in rounds + waits):
+        return None
+    own = own_times(values[:len(rounds)], values[len(rounds):])
+    if not own:
+        return None
+    mean = math.fsum(own) / len(own)
+    if len(own) < 2:
+        return mean, 1, None
+    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in own) / (len(own) - 1))
+    return mean, len(own), _t95(len(own) - 1) * sd / math.sqrt(len(own))  # as the wall-time mean's interval
 
 
 def _service_points(benchmark: str, data: Mapping[str, Any]) -> list[Point]:

@@ -33,7 +33,8 @@ DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--benchmark-js
            ("--benchmark-save", True), ("--benchmark-autosave", False), ("--junitxml", True), ("--junit-xml", True),
            ("--report-log", True), ("--s2st-plot", True), ("-n", True), ("--numprocesses", True), ("--dist", True),
            ("--s2st-processes", True), ("--s2st-compare-fail", True), ("--benchmark-compare-fail", True),
-           ("--s2st-strict", False), ("--benchmark-compare", False))
+           ("--s2st-strict", False), ("--benchmark-compare", False), ("--s2st-history", True),
+           ("--s2st-history-fail", True), ("--s2st-history-window", True))
 
 
 def worker_args(args: Sequence[str], head_cwd: Path, side_cwd: Path) -> list[str]:
