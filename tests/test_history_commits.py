@@ -1,8 +1,8 @@
 """A history of 30 commits of a small model, each measured by a real pytest session with --s2st-history, as CI's
 main-branch job would: a +2 % x 5 creep at commits 5-9 and a +10 % step at commit 20; and an A/A history of 30
-commits. The step is a change point at 20 (FLOPs exactly, the own-time runtime within one commit), the creep fires
-the window threshold, the A/A history flags nothing, the trend site shows the step in a real browser, and
-s2st-bisect names commit 20."""
+commits. The step is a change point at 20 (FLOPs, counted exactly), the creep fires the window threshold, the A/A
+history flags nothing, the trend site shows the step in a real browser, and s2st-bisect names commit 20. The
+runtime's rates at known loads are tools/history_power.py's."""
 from __future__ import annotations
 
 import os
@@ -39,8 +39,6 @@ def model(x):
 # commit -> width: a creep of +2 % a commit at 5-9 (102 ... 110), then a +10 % step at commit 20 (110 -> 121)
 WIDTHS = [WIDTH] * 5 + [102, 104, 106, 108, 110] + [110] * 10 + [121] * 10
 FLOPS = SeriesKey("test_bench.py::test_model", "total", "flops", "")
-# the runtime less each round's run-queue wait: what a neighbour's load leaves alone
-RUNTIME = SeriesKey("test_bench.py::test_model", "total", "runtime_s", "own mean")
 
 
 def _git(repo: Path, *args: str, when: str | None = None) -> str:
@@ -86,8 +84,9 @@ def test_the_step_is_a_change_point_the_creep_fires_the_window_the_site_shows_it
         step = next(c for c in flops.changes if c.index == 20)
         assert step.worse and step.ratio == pytest.approx(1.10)
         assert 5 in [a.index for a in flops.alerts]  # the creep's first +2 %: past a window that never moved
-        runtime = judge(RUNTIME, store.series(RUNTIME))
-        assert any(abs(c.index - 20) <= 1 and c.worse for c in runtime.changes), (runtime.changes, runtime.values)
+        # the clock is not asserted here: a session's runtime on this VM moved 3-8 %, and one in 30 by +66 % with
+        # its own rounds steady (the host took the CPU, which no run-queue reading sees), so whether a +10 % step is
+        # found is a rate, measured at known loads by tools/history_power.py (docs/history.md)
         pages = write_site(store, tmp_path / "site", commit_url="https://example.com/c/{commit}")
     page = next(p for p in pages if p.name.startswith("test_bench.py__test_model") and "/all/" in str(p))
     html = page.read_text()
@@ -118,9 +117,9 @@ def test_an_a_a_history_of_30_commits_flags_nothing(pytester, tmp_path):
     _history(pytester, [WIDTH] * 30, db)
     with open_store(db) as store:
         for key in store.keys():
-            if key.metric in ("flops", "tensor_peak_mib") or key == RUNTIME:  # deterministic, and the own time
+            if key.metric in ("flops", "tensor_peak_mib"):  # deterministic: no change point, no alert
                 judged = judge(key, store.series(key))
-                assert not [c for c in judged.changes if c.worse] and not judged.alerts, (key, judged.values)
+                assert not judged.changes and not judged.alerts, (key, judged.values)
 
 
 # --- the browser ------------------------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ def _chromium() -> str:
 def _screenshot(page: Path, out: Path) -> None:
     """Headless Chromium renders the page as a person would see it (no network: the page needs none)."""
     done = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           f"--screenshot={out}", "--window-size=1100,700", page.resolve().as_uri()],
+                           f"--screenshot={out}", "--window-size=1100,3200", page.resolve().as_uri()],
                           capture_output=True, text=True, timeout=120)
     assert out.is_file() and out.stat().st_size > 1000, done.stderr[-2000:]
 
@@ -152,19 +151,19 @@ def _colour_pixels(png: Path) -> tuple[int, int]:
 
 
 def test_a_new_value_past_the_window_fails_the_session_a_steady_one_passes(pytester, tmp_path):
+    """The gate's mechanics on a deterministic metric: FLOPs steady for 6 runs, then the model's width doubles."""
     db = str(tmp_path / "h.sqlite")
     (pytester.path / "test_bench.py").write_text(BUSY_BENCH)
+    args = ("-q", "-p", "no:cacheprovider", f"--s2st-history={db}")
     for _ in range(6):
         (pytester.path / "model.py").write_text(MODEL.format(width=WIDTH))
-        assert pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", f"--s2st-history={db}").ret == 0
-    steady = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", f"--s2st-history={db}",
-                                          "--s2st-history-fail", "runtime_s")
+        assert pytester.runpytest_inprocess(*args).ret == 0
+    steady = pytester.runpytest_inprocess(*args, "--s2st-history-fail=flops:t:0.999")
     assert steady.ret == 0, steady.stdout.str()
     (pytester.path / "model.py").write_text(MODEL.format(width=2 * WIDTH))
-    slower = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider", f"--s2st-history={db}",
-                                          "--s2st-history-fail", "runtime_s:t:0.999")
-    assert slower.ret == 1
-    slower.stdout.re_match_lines([r".*s2st history: failed.*",
-                                  r"test_bench.py::test_model \[total\] runtime_s mean: .* is past the t threshold .*"
-                                  r"\(mean of the last 7 runs: .*\)"])
-    assert "1 passed" in slower.stdout.str() and "Traceback" not in slower.stdout.str()
+    larger = pytester.runpytest_inprocess(*args, "--s2st-history-fail=flops:t:0.999,runtime_s:percent:0.5")
+    assert larger.ret == 1
+    larger.stdout.re_match_lines([r".*s2st history: failed.*",
+                                  r"test_bench.py::test_model \[total\] flops: 1.600 M is past the t threshold "
+                                  r"800.000 k \(mean of the last 7 runs: 800.000 k\)"])
+    assert "1 passed" in larger.stdout.str() and "Traceback" not in larger.stdout.str()
