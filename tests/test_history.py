@@ -107,7 +107,14 @@ def test_a_plain_row_is_its_mean_with_a_t_interval_computed_by_hand(saved):
     row = next(b for b in json.loads(saved.read_text())["benchmarks"] if b["name"] == "test_plain")["stats"]
     half = stats.t.ppf(0.975, row["rounds"] - 1) * row["stddev"] / math.sqrt(row["rounds"])
     assert plain[0].value == row["mean"]
-    assert (plain[0].low, plain[0].high) == pytest.approx((row["mean"] - half, row["mean"] + half))
+    assert (plain[0].low, plain[0].high) == pytest.approx((row["mean"] - half, row["mean"] + half), rel=1e-6)
+
+
+@pytest.mark.parametrize("df", [1, 4, 29, 30, 31, 45, 100, 5000])
+def test_the_t_quantile_without_scipy_is_scipys(df):
+    from scipy import stats
+
+    assert records._t95(df) == pytest.approx(float(stats.t.ppf(0.975, df)), rel=1e-6)
 
 
 @pytest.mark.parametrize("text, why", [
