@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .inputs import show
-from .metrics import COMPARABLE as COMPARE_METRICS  # the metric table says which metrics compare
+from .metrics import BY_NAME as METRICS, COMPARABLE as COMPARE_METRICS, HIGHER, LOWER  # the metric table
 from .quality.scored import score_fields
 from .runtime_stats import RUNTIME_STATISTIC
 
@@ -132,8 +132,6 @@ HISTORY_TESTS = ("t", "z", "percent")
 
 def history_limits(value: Any) -> tuple[tuple[str, str, float], ...]:
     """'runtime_s,bleu:percent:0.02' -> (('runtime_s', 't', 0.999), ('bleu', 'percent', 0.02))."""
-    from .metrics import BY_NAME as METRICS
-
     out = []
     for item in (value if isinstance(value, (list, tuple)) else str(value).split(",")):
         # an item parsed before comes back from a case's JSON as [metric, test, boundary]
@@ -143,7 +141,7 @@ def history_limits(value: Any) -> tuple[tuple[str, str, float], ...]:
         metric, test = parts[0], parts[1] if len(parts) > 1 else "t"
         if metric not in METRICS:
             raise ValueError(f"'{show(metric)}' is not a metric (one of {', '.join(METRICS)})")
-        if METRICS[metric].better not in ("lower", "higher"):
+        if METRICS[metric].better not in (LOWER, HIGHER):
             raise ValueError(f"'{show(metric)}': neither a higher nor a lower value is worse, so no threshold can fire")
         if test not in HISTORY_TESTS or len(parts) > 3:
             raise ValueError(f"'{show(item)}': expected METRIC[:TEST[:BOUNDARY]] with TEST one of "
