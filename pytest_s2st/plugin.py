@@ -281,7 +281,7 @@ def s2st_case(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     """The case's pipeline, loaded once per session."""
-    from .measure.memory import current_rss_mib
+    from .measure.memory import settled_rss_mib
     from .pipelines.base import build_pipeline
 
     versions = session_of(request.config).code_versions
@@ -289,7 +289,7 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
         yield None
         return
     # the case's start: its RSS rise (rss_rise_mib) counts from here, its model's load included
-    session_of(request.config).case_start_rss[s2st_case.case_id] = current_rss_mib()
+    session_of(request.config).case_start_rss[s2st_case.case_id] = settled_rss_mib()
     try:
         pipeline = build_pipeline(s2st_case.model_type, s2st_case.config.stages,
                                   device=s2st_case.device().name, config_path=s2st_case.config.path,
@@ -727,9 +727,10 @@ START_RSS_KEY = pytest.StashKey[float]()  # item -> the process's RSS (MiB) when
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from .budget import parse_budget
-    from .measure.memory import current_rss_mib
+    from .measure.memory import current_rss_mib, settled_rss_mib
 
-    item.stash[START_RSS_KEY] = current_rss_mib()  # before its fixtures: a test's own model counts in its RSS rise
+    # before its fixtures: a test's own model counts in its RSS rise (garbage collected only where it is measured)
+    item.stash[START_RSS_KEY] = settled_rss_mib() if "s2st_benchmark" in item.fixturenames else current_rss_mib()
 
     for marker in item.iter_markers("s2st_budget"):
         try:

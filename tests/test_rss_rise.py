@@ -75,3 +75,25 @@ def test_rss_rise_of_a_test_own_callable_counts_from_its_setup(pytester):
     assert RESIDENT_MIB - 2 <= metrics["rss_rise_mib"]["value"] <= RESIDENT_MIB + 30
     assert metrics["rss_rise_mib"]["details"]["start"] == "before the test's setup"
     assert metrics["peak_delta_mib"]["value"] < 2  # the forward itself allocates nothing
+
+
+def test_rss_rise_does_not_read_an_earlier_test_garbage_as_its_start(pytester):
+    """An earlier test's unreachable cycle holding 300 MiB, collected only mid-case, put the case's peak below its
+    start and read the rise as 0 (seen in CI): the start is read after collecting garbage."""
+    import gc
+
+    import numpy as np
+
+    gc.disable()
+    try:
+        cycle = {"array": np.ones(300 * 2**20 // 8)}
+        cycle["self"] = cycle
+        del cycle
+        # the collection a case's own allocations trigger, made explicit: after the start reading, before the peak
+        pytester.makepyfile(test_own=OWN_CALLABLE.replace("    kept =", "    __import__('gc').collect()\n    kept ="))
+        result = pytester.runpytest("-p", "no:cacheprovider", "--benchmark-json=out.json")
+    finally:
+        gc.enable()
+    result.assert_outcomes(passed=1)
+    metrics = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["metrics"]
+    assert RESIDENT_MIB - 2 <= metrics["rss_rise_mib"]["value"] <= RESIDENT_MIB + 30

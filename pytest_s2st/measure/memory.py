@@ -41,6 +41,15 @@ def _reset_hwm() -> None:
         fh.write("5")
 
 
+def settled_rss_mib() -> float:
+    """RSS now, after collecting cyclic garbage: a start reading that still holds an earlier test's unreachable
+    arrays (freed later, mid-case) would put the case's peak below its start and read its rise as 0."""
+    import gc
+
+    gc.collect()
+    return current_rss_mib()
+
+
 def current_rss_mib() -> float:
     """RSS of this process now, in MiB (2**20 bytes)."""
     try:
