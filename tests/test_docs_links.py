@@ -62,3 +62,25 @@ def test_slugs_are_githubs():
 def test_every_relative_link_and_anchor_resolves():
     assert sum(len(links(p)) for p in pages()) > 20  # the pages were read
     assert dead_links() == []
+
+
+def test_every_option_and_command_named_exists():
+    """The docs name only options pytest-s2st registers and console scripts pyproject.toml installs."""
+    import tomllib
+
+    from pytest_s2st.settings import SETTINGS
+
+    options = {s.flag for s in SETTINGS} | {"--s2st-config"}
+    scripts = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+    unknown = []
+    for page in pages():
+        text = page.read_text()
+        prose = LINK.sub(lambda m: m.group(0).split("](")[0], text)  # anchors hold option-like slugs
+        unknown += [f"{page.relative_to(ROOT)}: {o}" for o in set(re.findall(r"--s2st-[a-z0-9-]*[a-z0-9]", prose))
+                    - options]
+        for block in re.findall(r"^```(?:bash|sh|)\n(.*?)^```$", text, re.S | re.M):
+            for line in block.splitlines():
+                words = [w for w in line.split() if not re.match(r"[A-Z_][A-Z0-9_]*=", w)]  # VAR=value first
+                if words and words[0].startswith("s2st-") and words[0] not in scripts:
+                    unknown.append(f"{page.relative_to(ROOT)}: command {words[0]}")
+    assert sorted(unknown) == []
