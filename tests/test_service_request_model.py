@@ -3,7 +3,7 @@
 vLLM-Omni's ``OpenAICreateSpeechRequest`` is the oracle: its file (pure pydantic + numpy) is loaded by path from
 the wheel ``make install`` downloads into <venv>/wheels (as tests/test_stream_gate.py loads its continuity
 function), never copied here. The same bodies, listed and fuzzed, go through both models; what differs on
-purpose is a row of docs/service.md's table, each checked here. The bodies also go through a real server (the
+purpose is a row of docs/server.md's table, each checked here. The bodies also go through a real server (the
 openai SDK, raw HTTP): 200 or a 400 of one line naming the field, never a 500."""
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from pytest_s2st.service.server import demo_tone_synthesizer, to_pcm16
 VLLM_OMNI_WHEEL = Path(os.environ.get("S2ST_VLLM_OMNI_WHEEL")
                        or Path(sys.prefix) / "wheels" / "vllm_omni-0.30.0-py3-none-any.whl")
 PROTOCOL = "vllm_omni/entrypoints/openai/protocol/audio.py"
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "server.md"
 SPEECH = "/v1/audio/speech"
 MODEL = "callable-tone"  # the name loopback.server_thread's identity serves
 
@@ -122,7 +122,7 @@ def test_what_vllm_omni_refuses_is_refused_in_one_line(theirs, extra, message):
     assert info.value.field == message.split(":")[0].split("[")[0]
 
 
-# --- docs/service.md's rows of differences: each row's body, and what each side does with it ----------------
+# --- docs/server.md's rows of differences: each row's body, and what each side does with it ----------------
 
 def _table_rows() -> list[str]:
     text = DOCS.read_text(encoding="utf-8")
@@ -188,7 +188,7 @@ def test_bad_numbers_cost_one_error_not_one_each(theirs):
 
 
 def test_a_wrong_method_on_a_served_path_is_405_and_an_unserved_path_404(base):
-    """docs/service.md's rows: POST /v1/audio/voices (a GET path here) is 405 with Allow, as aiohttp and
+    """docs/server.md's rows: POST /v1/audio/voices (a GET path here) is 405 with Allow, as aiohttp and
     vLLM's FastAPI answer a wrong method on a route they serve; the batch path and DELETE voice are 404."""
     status, headers, raw = post(base, "/v1/audio/voices", {"name": "x"})
     assert status == 405 and set(headers["Allow"].split(",")) == {"GET", "HEAD"}
