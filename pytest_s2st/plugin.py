@@ -429,7 +429,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
         measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
         if case is not None:
             measurement.info["config"] = str(case.config.path)
-        # what compare matches on: independent of the rootdir (see report.identity)
+        # what compare matches on: independent of the rootdir (see rows.identity)
         measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
         if state.worker:
             measurement.info["xdist_worker"] = state.worker
@@ -695,7 +695,7 @@ def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
     """An in-process A/B under --s2st-compare-fail: FAIL past a limit, INCONCLUSIVE where one could not be
     checked; without limits the A/B is reported, not judged."""
     from .budget import FAIL, INCONCLUSIVE, PASS, Verdict
-    from .report import ab_limits
+    from .judging import ab_limits
 
     missing = measurement.info.get("ab", {}).get("missing")
     if missing:  # a code-version A/B where a side measured nothing: never a pass
@@ -712,12 +712,13 @@ def _unmeasured_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
     of a lambda, FLOPs turned off) is INCONCLUSIVE, one line per limit with the metric's reason, on this test --
     not a pass followed by "not checked" in the session's regressions, which leave it out."""
     from .budget import INCONCLUSIVE, Verdict
-    from .report import unmeasured_limits
+    from .judging import unmeasured_limits
+    from .rows import SavedRow
 
     limits = session_of(item.config).option("compare_fail")
     if not limits or not item.config.getoption("benchmark_compare", None):
         return []
-    reasons = unmeasured_limits(measurement.to_dict()["metrics"], limits)
+    reasons = unmeasured_limits(SavedRow.from_dict(measurement.to_dict()), limits)
     return [Verdict(INCONCLUSIVE, reasons)] if reasons else []
 
 
@@ -768,7 +769,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     measurement = item.stash.get(MEASUREMENT_KEY, None)
     if measurement is not None and measurement.baseline is not None:
-        from .report import ab_change
+        from .judging import ab_change
 
         change = ab_change(measurement.to_dict())
         if change is not None:  # the evidence travels with the report: -rA, --report-log; junitxml's properties

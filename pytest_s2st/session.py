@@ -284,7 +284,7 @@ class S2STSession:
         return local + sorted(self.remote_results, key=lambda r: r[1])
 
     def rows(self) -> list[Any]:
-        from .report import rows_from
+        from .rows import rows_from
 
         rows = []
         for name, nodeid, measurement, status in self.records():
@@ -311,10 +311,10 @@ class S2STSession:
             self._evidence_root = Path(payload["evidence_root"])
 
     def compared(self) -> dict[str, Any]:
-        """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
+        """{identity[::stage]: its saved row (rows.SavedRow)} of the run --benchmark-compare loaded."""
         from .benchmark_compat import compared_mapping
         from .distribute import malformed_s2st
-        from .report import compared_rows
+        from .rows import compared_rows
 
         out: dict[str, Any] = {}
         self.compare_faults: dict[str, str] = {}  # {fullname: the saved entry's fault, naming file and key}
@@ -331,7 +331,7 @@ class S2STSession:
         limits = self.option("compare_fail")
         if not limits or not (self.results or self.remote_results):
             return [], []
-        from .report import judge_limits
+        from .judging import judge_limits
 
         if self.config.getoption("benchmark_compare", None):
             compared = self.compared()
@@ -458,7 +458,8 @@ class S2STSession:
                     tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .report import compare_legend, insignificant, render_compare, statistic_names, unlike_rows, unmatched, wrap
+        from .judging import insignificant, unlike_rows, unmatched
+        from .report import compare_legend, render_compare, statistic_names, wrap
 
         compared = self.compared()
         lines = render_compare(rows, compared) if compared else []
@@ -490,7 +491,7 @@ class S2STSession:
                 f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")
 
     def _display_service(self, tr: Any) -> None:
-        from .report import render_service_table
+        from .report_service import render_service_table
 
         tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
         for line in render_service_table(self.service_results):

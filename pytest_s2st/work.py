@@ -12,7 +12,7 @@ may differ: catching that change is what a compare is for. The work is what must
 - how it was timed: the runtime protocol, the device kind and the thread count.
 
 A field one row lacks (a run saved before it existed, a test's own callable with no config) is not compared.
-The runtime statistic (mean/median) is checked where the runtime is judged (report.runtime_statistic).
+The runtime statistic (mean/median) is checked where the runtime is judged (judging.runtime_statistic).
 """
 from __future__ import annotations
 

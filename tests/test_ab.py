@@ -225,12 +225,14 @@ def test_the_pairs_interval_is_exactly_the_sign_tests_order_statistics():
 
 def test_the_gross_rule_judges_own_round_times_of_a_saved_row():
     """Raw rounds equal, but the old run waited 2/3 of every round for a CPU: its own times are x3 faster, so the
-    new run is gross-slower (report.runtime_change takes the wait out through _own_rounds)."""
-    from pytest_s2st.report import runtime_change
+    new run is gross-slower (judging.runtime_change takes the wait out of each round)."""
+    from pytest_s2st.judging import runtime_change
+    from pytest_s2st.rows import SavedRow
 
     def row(rounds, waits):
-        return {"runtime_s": {"value": sum(rounds) / len(rounds),
-                              "details": {"rounds_s": rounds, "waited_s": waits, "statistic": "mean"}}}
+        return SavedRow.from_metrics({"runtime_s": {"value": sum(rounds) / len(rounds),
+                                                    "details": {"rounds_s": rounds, "waited_s": waits,
+                                                                "statistic": "mean"}}})
 
     change = runtime_change(row([3.0] * 5, [2.0] * 5), row([3.0] * 5, [0.0] * 5))
     assert change.word == SLOWER and change.gross and change.own_ratio == pytest.approx(3.0)
@@ -239,7 +241,7 @@ def test_the_gross_rule_judges_own_round_times_of_a_saved_row():
 
 def test_a_runtime_limit_needs_the_word_slower_not_only_a_ratio_past_it():
     """A noisy A/A whose ratio is past 5 % but whose interval holds 1 crosses no runtime limit."""
-    from pytest_s2st.report import ab_limits
+    from pytest_s2st.judging import ab_limits
     from pytest_s2st.settings import compare_limits
 
     def s2st(ratio, low, high, word):

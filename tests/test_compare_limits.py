@@ -14,7 +14,9 @@ from pytest_s2st.budget import FAIL, PASS, check_budget
 from pytest_s2st.errors import S2STError
 from pytest_s2st.limits import CompareLimit, compare_limits
 from pytest_s2st.measure.record import Metric
-from pytest_s2st.report import Row, judge_limits, regressions, render_compare
+from pytest_s2st.judging import judge_limits, regressions
+from pytest_s2st.report import render_compare
+from pytest_s2st.rows import Row, SavedRow
 
 FAST = ["-p", "no:cacheprovider", "--s2st-warmup=0"]
 FUZZ = settings(max_examples=300, deadline=None, database=None)
@@ -41,9 +43,9 @@ def test_a_metric_without_a_direction_is_refused_where_it_is_defined():
         metrics.MetricDef("x", "x", "s", metrics.fmt_seconds, metrics.INFERENCE, "m", better=metrics.NEITHER)
 
 
-def _row(name: str, value: float) -> tuple[Row, dict]:
+def _row(name: str, value: float) -> tuple[Row, SavedRow]:
     entry = {name: {"value": value, "method": "m"}}
-    return Row("t", "t.py::t", entry, key="k"), entry
+    return Row("t", "t.py::t", entry, key="k"), SavedRow.from_metrics(entry)
 
 
 @pytest.mark.parametrize("old, new, crossed", [(20.0, 30.0, None), (30.0, 20.0, "-33.33%"), (30.0, 29.8, None)])

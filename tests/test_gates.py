@@ -59,11 +59,13 @@ def _metrics(value, rounds=None):
 @pytest.mark.parametrize("value", GARBAGE)
 def test_compare_fail_never_passes_a_value_that_is_not_finite(side, value):
     """`--s2st-compare-fail peak_rss_mib:10%` used to pass a NaN baseline (NaN > limit is False)."""
-    from pytest_s2st.report import Row, regressions, render_compare, render_table
+    from pytest_s2st.judging import regressions
+    from pytest_s2st.report import render_compare, render_table
+    from pytest_s2st.rows import Row, SavedRow
     from pytest_s2st.settings import compare_limits
 
     old, new = (_metrics(value), _metrics(100.0)) if side == "compared" else (_metrics(100.0), _metrics(value))
-    rows, compared = [Row("t", "f::t", new, key="k")], {"k": old}
+    rows, compared = [Row("t", "f::t", new, key="k")], {"k": SavedRow.from_metrics(old)}
     found = regressions(rows, compared, compare_limits("peak_rss_mib:10%"))
     assert found and "not measured" in found[0] and "not a finite number" in found[0], found
     assert "\n" not in found[0]
@@ -74,7 +76,9 @@ def test_compare_fail_never_passes_a_value_that_is_not_finite(side, value):
 @pytest.mark.parametrize("where", ["old", "new"])
 @pytest.mark.parametrize("value", GARBAGE + [HUGE])
 def test_runtime_rounds_that_are_not_finite_are_no_change_and_no_pass(where, value):
-    from pytest_s2st.report import Row, regressions, render_compare
+    from pytest_s2st.judging import regressions
+    from pytest_s2st.report import render_compare
+    from pytest_s2st.rows import Row, SavedRow
     from pytest_s2st.settings import compare_limits
     from pytest_s2st.significance import NOT_FINITE, compare_rounds
 
@@ -83,8 +87,9 @@ def test_runtime_rounds_that_are_not_finite_are_no_change_and_no_pass(where, val
     change = compare_rounds(old, new)
     assert change.word == NOT_FINITE and change.ratio is None and not change.significant
     rows = [Row("t", "f::t", _metrics(1.0, new), key="k")]
-    compared = {"k": _metrics(1.0, old)}
-    rows[0].metrics["runtime_s"]["value"], compared["k"]["runtime_s"]["value"] = 2.0, 1.0  # past the limit
+    saved = _metrics(1.0, old)
+    rows[0].metrics["runtime_s"]["value"], saved["runtime_s"]["value"] = 2.0, 1.0  # past the limit
+    compared = {"k": SavedRow.from_metrics(saved)}
     found = regressions(rows, compared, compare_limits("runtime_s:5%"))
     assert found and "not finite" in found[0], found
     text = "\n".join(render_compare(rows, compared))
@@ -441,7 +446,9 @@ def test_merge_fuzz_one_field_mutated(tmp_path_factory, data):
 def test_compare_fuzz_one_field_of_the_saved_run_mutated(data):
     """The compare hook's pure part: any mutated saved row gives tables and regressions, never a crash,
     and a gate on a mutated metric never passes silently."""
-    from pytest_s2st.report import Row, compared_rows, regressions, render_compare
+    from pytest_s2st.judging import regressions
+    from pytest_s2st.report import render_compare
+    from pytest_s2st.rows import Row, compared_rows
     from pytest_s2st.settings import compare_limits
 
     row = _saved_run()["benchmarks"][0]
@@ -455,8 +462,7 @@ def test_compare_fuzz_one_field_of_the_saved_run_mutated(data):
     found = regressions(current, compared, compare_limits("peak_rss_mib:10%,flops:1%"))
     assert all("nan" not in line.lower() for line in lines)
     old = compared.get("t.py::t")
-    entry = old.get("peak_rss_mib") if old is not None else None
-    if old is None or not isinstance(entry, dict) or finite(entry.get("value")) is None:
+    if old is None or old.value("peak_rss_mib") is None:
         assert found  # nothing to compare with, or no usable value: never a silent pass
 
 

@@ -405,7 +405,8 @@ def test_transformer_encoder_fast_path_on_nested_tensors_counts_true_lengths():
 
 
 def test_matmul_arithmetic_without_a_formula_is_partial_never_a_silent_zero():
-    from pytest_s2st.report import Row, missing_notes, render_table
+    from pytest_s2st.report import missing_notes, render_table
+    from pytest_s2st.rows import Row
 
     a, x = torch.randn(6, 5), torch.randn(5)
     out, metric = count_flops("torch", lambda a, x: torch.mv(a, x) + (a @ a.T).sum(), a, x)

@@ -8,7 +8,9 @@ import math
 import pytest
 
 from pytest_s2st import runner, significance
-from pytest_s2st.report import Row, regressions, render_compare
+from pytest_s2st.judging import regressions
+from pytest_s2st.report import render_compare
+from pytest_s2st.rows import Row, SavedRow
 from pytest_s2st.runtime_stats import (RUNTIME, STATISTICS, T975, RunningPrecision, RuntimeStats, median_interval,
                                        saved_statistic, statistic, t975)
 from pytest_s2st.settings import compare_limits
@@ -112,14 +114,14 @@ def test_compare_reads_the_statistic_of_each_side():
     old_runs, new_runs = [1.0, 1.01, 0.99], [1.5, 1.52, 1.49]
     # an old file (no name) against a new one saying "mean": compared as before, a significant slowdown
     rows = [Row("t", "f::t", _row(1.503, [1.5] * 5, "mean", new_runs), key="k")]
-    assert len(regressions(rows, {"k": _row(1.0, [1.0] * 5, None, old_runs)}, limits)) == 1
-    assert "slower (3/3 runs)" in render_compare(rows, {"k": _row(1.0, [1.0] * 5, None, old_runs)})[2]
+    assert len(regressions(rows, {"k": SavedRow.from_metrics(_row(1.0, [1.0] * 5, None, old_runs))}, limits)) == 1
+    assert "slower (3/3 runs)" in render_compare(rows, {"k": SavedRow.from_metrics(_row(1.0, [1.0] * 5, None, old_runs))})[2]
     # medians against means: not comparable, the limit is not checked (never a pass)
-    out = regressions(rows, {"k": _row(1.0, [1.0] * 5, "median", old_runs)}, limits)
+    out = regressions(rows, {"k": SavedRow.from_metrics(_row(1.0, [1.0] * 5, "median", old_runs))}, limits)
     assert out == ["f::t: runtime_s not comparable (the compared run's runtime is the median, the current run's "
                    "the mean), so limit runtime_s:5% was not checked"]
     assert "n/a (the compared run's runtime is the median" in render_compare(
-        rows, {"k": _row(1.0, [1.0] * 5, "median", old_runs)})[2]
+        rows, {"k": SavedRow.from_metrics(_row(1.0, [1.0] * 5, "median", old_runs))})[2]
 
 
 def test_runs_compare_by_the_named_statistic():

@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_s2st.report import Row, insignificant, regressions, render_compare
+from pytest_s2st.judging import insignificant, regressions
+from pytest_s2st.report import render_compare
+from pytest_s2st.rows import Row, SavedRow
 from pytest_s2st.settings import compare_limits
 from pytest_s2st.significance import (CANNOT_TELL, FASTER, MIN_ROUNDS, SAME, SLOWER, TOO_FEW, compare_rounds,
                                       compare_runs)
@@ -57,10 +59,10 @@ def test_compare_fail_on_runtime_needs_a_significant_slowdown_between_runs():
     noise = ([1.0, 0.8, 1.2], [1.1, 0.88, 1.32])     # exactly +10 %, inside a 20 % spread between runs
     real = ([1.0, 1.01, 0.99], [1.5, 1.52, 1.49])    # +50 %, runs within 1 % of each other
     for (old, new), fails in ((noise, False), (real, True)):
-        rows, compared = [Row("t", "f::t", _row(noisy(1.0), new), key="k")], {"k": _row(noisy(1.0), old)}
+        rows, compared = [Row("t", "f::t", _row(noisy(1.0), new), key="k")], {"k": SavedRow.from_metrics(_row(noisy(1.0), old))}
         assert bool(regressions(rows, compared, limits)) is fails
         assert bool(insignificant(rows, compared, limits)) is not fails
-    rows, compared = [Row("t", "f::t", _row(noisy(1.0), real[1]), key="k")], {"k": _row(noisy(1.0), real[0])}
+    rows, compared = [Row("t", "f::t", _row(noisy(1.0), real[1]), key="k")], {"k": SavedRow.from_metrics(_row(noisy(1.0), real[0]))}
     assert "slower" in render_compare(rows, compared)[2]
 
 
@@ -106,7 +108,7 @@ def test_the_rounds_bootstrap_takes_the_rounds_of_both_sides():
 
 def test_one_run_per_side_cannot_tell_and_fails_no_gate():
     limits = compare_limits("runtime_s:5%")
-    rows, compared = [Row("t", "f::t", _row([1.9] * 40), key="k")], {"k": _row([1.0] * 40)}  # x1.9: below GROSS
+    rows, compared = [Row("t", "f::t", _row([1.9] * 40), key="k")], {"k": SavedRow.from_metrics(_row([1.0] * 40))}  # x1.9: below GROSS
     change = compare_runs([1.0], [1.9])
     assert change.word == CANNOT_TELL and change.low is None and not change.significant
     assert regressions(rows, compared, limits) == []

@@ -8,7 +8,9 @@ import pytest
 
 from helpers import BENCH_TEST, write_case
 from pytest_s2st.metrics import column_format
-from pytest_s2st.report import Row, missing_notes, render_service_table, render_table, table_notes, wrap
+from pytest_s2st.report import missing_notes, render_table, table_notes, wrap
+from pytest_s2st.report_service import render_service_table
+from pytest_s2st.rows import Row, SavedRow
 
 WIDTH = 120
 
@@ -308,9 +310,9 @@ def test_compare_is_one_line_per_benchmark_when_it_fits_and_stacks_when_not():
     old = {"flops": {"value": 1.6e6, "method": "torch"}, "rss_rise_mib": {"value": 250.0, "method": "vmhwm"}}
     new = {"flops": {"value": 3.2e6, "method": "torch"}, "rss_rise_mib": {"value": 260.0, "method": "vmhwm"}}
     rows = [Row("test_a", "a", new, key="a")]
-    narrow = render_compare(rows, {"a": old})
+    narrow = render_compare(rows, {"a": SavedRow.from_metrics(old)})
     assert len(narrow) == 3 and "250.0 MiB -> 260.0 MiB (+4.0%)" in narrow[2]
-    stacked = render_compare(rows, {"a": old}, width=40)
+    stacked = render_compare(rows, {"a": SavedRow.from_metrics(old)}, width=40)
     assert [line.split()[:2] for line in stacked[2:]] == [["test_a", "then"], ["now", "260.0"], ["change", "+4.0%"]]
     assert stacked[0].split() == ["Name", "RSS", "rise", "FLOPs"] and max(map(len, stacked)) <= 40
 

@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="as --s2st-compare-fail, e.g. runtime_s:5%%,flops:1%%,tensor_peak_mib:1%%")
     args = parser.parse_args(argv)
     from ..distribute import load_saved_run
-    from ..report import (compared_rows, insignificant, judge_limits, render_compare, rows_from, statistic_names,
-                          unlike_rows, unmatched)
+    from ..judging import insignificant, judge_limits, unlike_rows, unmatched
+    from ..report import render_compare, statistic_names
+    from ..rows import compared_rows, rows_from
     from ..work import machine_differences
 
     try:
