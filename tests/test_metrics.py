@@ -7,7 +7,7 @@ from pytest_s2st import metrics
 from pytest_s2st.budget import parse_budget, service_lookup
 from pytest_s2st.measure.record import Metric
 from pytest_s2st.report import Row, render_service_table, render_table
-from pytest_s2st.runner import StageResult, aggregate
+from pytest_s2st.measurement import StageResult, aggregate
 from pytest_s2st.settings import compare_limits
 
 
