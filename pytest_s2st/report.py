@@ -28,7 +28,7 @@ def short_method(name: str, metric: Mapping[str, Any]) -> str:
 
 
 def precision_text(name: str, metric: Mapping[str, Any]) -> str:
-    """The runtime's achieved precision (runner.relative_precision) and its rounds; '' when no rounds were kept."""
+    """The runtime's achieved precision (rounds.relative_precision) and its rounds; '' when no rounds were kept."""
     details = metric.get("details") or {}
     if name != "runtime_s" or not isinstance(details, Mapping) or not details.get("rounds_s"):
         return ""
