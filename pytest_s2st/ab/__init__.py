@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..report import ab_change, wrap
 from . import code_versions, inprocess
 from .mode import ABMode
 from .record import IN_PROCESS, ABRecord, record_of
@@ -45,8 +46,6 @@ def _by_mode(rows: Sequence[tuple]) -> dict[tuple[str, ABMode], list]:
 def terminal_tables(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, list[str]]]:
     """(title, lines) of each mode's A/B table over ``records`` (name, measurement dict): its rows, then its legend;
     a mode none of whose rows has a paired change shows nothing."""
-    from ..report import wrap
-
     out = []
     for (title, mode), rows in _by_mode(records).items():
         lines = mode.render(rows)
@@ -58,8 +57,6 @@ def terminal_tables(records: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tu
 def markdown_ab(records: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[str]:
     """The A/B rows as GitHub-flavoured markdown (a job summary, a pull-request comment): one table per mode under
     its title, its legend after it; ``records``: (name, measurement dict, verdict)."""
-    from ..report import ab_change
-
     out: list[str] = []
     for (title, mode), rows in _by_mode([r for r in records if ab_change(r[1]) is not None]).items():
         out += [f"### s2st: {title}", ""] + mode.markdown(rows) + ["", mode.legend, ""]
