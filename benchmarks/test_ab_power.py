@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_s2st.report import compared_rows, rows_from, runtime_change, saved_counterpart
+from pytest_s2st.judging import runtime_change, saved_counterpart
+from pytest_s2st.rows import compared_rows, rows_from
 
 TRIALS = 20
-PAIRS = int(os.environ.get("S2ST_POWER_PAIRS", "0"))  # ABBA pairs per A/B test (0: the default, runner.AB_MIN_PAIRS)
+PAIRS = int(os.environ.get("S2ST_POWER_PAIRS", "0"))  # ABBA pairs per A/B test (0: the default, ab.inprocess.AB_MIN_PAIRS)
 STEPS = 20
 CHANGES = {"aa": STEPS, "plus5": STEPS + 1, "plus10": STEPS + 2, "x2": 2 * STEPS}  # candidate's steps
 HOG = "while True:\n    pass\n"

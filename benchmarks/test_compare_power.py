@@ -5,7 +5,7 @@ On a shared 2-core machine with a busy-loop process running next to the runs, as
   steps of a fixed 64x64 numpy workload per call), each a separate process, as CI runs are. Runs are
   interleaved (A0 B0 A1 B1 ... A20) so drift falls on both.
 - 20 A/A comparisons (A_i against A_i+1) and 20 A/B comparisons (A_i against B_i), each judged three
-  ways by the plugin's own compare (report.regressions with --s2st-compare-fail limits):
+  ways by the plugin's own compare (judging.regressions with --s2st-compare-fail limits):
     instructions:1%      the valgrind instruction count of the forward (measure/instructions.py);
     runtime_s:5% plain   today's plain percentage threshold on the mean runtime (CompareLimit.exceeded);
     runtime_s:5% signif  the same limit, failed only on a significant slowdown (significance.py).
@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_s2st.report import compared_rows, regressions, rows_from
+from pytest_s2st.judging import regressions
+from pytest_s2st.rows import compared_rows, rows_from
 from pytest_s2st.settings import CompareLimit
 
 # ~6 min (instruction count) + ~2 x 10 min (runtime between runs) on a 2-core VM: marked `power` by

@@ -368,7 +368,8 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     """
     from .benchmark_compat import fixture_timer, pedantic_until, save_case_ids, timer_name
     from . import progress
-    from .runner import Measurement, measure_pipeline
+    from .measurement import Measurement
+    from .runner import measure_pipeline
 
     save_case_ids(benchmark)
     state = session_of(request.config)

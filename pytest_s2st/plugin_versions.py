@@ -16,7 +16,6 @@ from .errors import S2STError
 from .session import fail
 
 AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rounds says otherwise
-MODE = "code versions"
 
 
 def configure(config: pytest.Config, state: Any) -> None:
@@ -75,37 +74,20 @@ class VersionsController:
 
     def compare(self, item: pytest.Item) -> Any:
         """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change."""
-        from .runner import Measurement
-        from .significance import compare_pair_sets
+        from .ab.code_versions import ab_record
+        from .measurement import Measurement
 
         if self.driver is None:
             fail(f"--s2st-ab-base {self.ref}: no worker runs {item.nodeid}")
         compared = self.driver.compare(item.nodeid)
-        ab = {"mode": MODE, "base": self.ref, "base_sha": self.worktree.sha, "head_sha": self.worktree.head_sha,
-              "worker_pairs": len(compared.sets), "calls_per_round": compared.calls,
-              "round_target_s": self.state.option("ab_round_s"), "rounds_s": [list(s) for s in compared.sets],
-              "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
-              "method": "median of paired head/base round ratios (each round's own time: wall less the time its "
-                        "thread waited for a CPU), base and head in warm worker processes (each importing its own "
-                        "tree, all on one CPU while timing) taking turns round by round, ABBA, worker pairs "
-                        "interleaved; 95% order-statistic interval of the median, widened to hold each worker pair's "
-                        "own median"}
         if compared.missing is not None:
             measurement = Measurement(item.name, "?")
             measurement.baseline = Measurement(f"{item.name} baseline", "?")
-            ab.update(ratio=None, low=None, high=None, word="no verdict (a side is missing)", pairs=0,
-                      missing=compared.missing)
         else:
             measurement = Measurement.from_dict(compared.head[0])
             measurement.baseline = Measurement.from_dict(compared.base[0])
-            # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where
-            # every round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread
-            # x0.70-x1.62, their own times x0.87-x1.18 (docs/measurement.md)
-            sets = compared.own_sets or compared.sets
-            change = compare_pair_sets(sets)
-            ab.update(ratio=change.ratio, low=change.low, high=change.high, word=change.word, pairs=change.pairs,
-                      timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time")
-        measurement.info["ab"] = ab
+        measurement.info["ab"] = ab_record(compared, self.ref, self.worktree.sha, self.worktree.head_sha,
+                                           self.state.option("ab_round_s")).to_dict()
         return measurement
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

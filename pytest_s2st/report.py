@@ -6,12 +6,10 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from .inputs import finite
-from .judging import ab_change, runtime_change, saved_counterpart, unlike_work
-from .judging import baseline_metrics as _baseline_metrics  # the A/B renderers' name (they move to the A/B package)
+from .judging import runtime_change, saved_counterpart, unlike_work
 from .metrics import BY_NAME, INFERENCE_METRICS, column_format
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .rows import Row, SavedMetric, SavedRow
-from .rows import mapping as _mapping, metric_value as _value  # the A/B renderers read raw measurement dicts
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
 COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS if m.column)
@@ -302,81 +300,3 @@ def compare_legend(means: str = "means") -> str:
     """The compare table's legend; ``means`` names the statistic the runs hold (statistic_names)."""
     return (f"runtime: new/old ratio of per-run {means}; a word (slower/faster) needs 3 runs per side "
             f"(s2st-merge --repeats), judged by a Welch 95% interval on log run {means}; other columns: plain change")
-
-# ---------------------------------------------------------------- the in-process A/B (s2st_benchmark(..., baseline=))
-
-def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WIDTH) -> list[str]:
-    """One row per A/B benchmark: both runtimes, the paired ratio with its interval and word, then each other
-    measured metric's candidate value and its change from the baseline. Wider than ``width``: three rows per
-    benchmark (baseline, candidate, change: the ratio with its interval and word, the other metrics' changes)."""
-    rows = [(name, s2st, ab_change(s2st)) for name, s2st in records]
-    rows = [(name, s2st, change) for name, s2st, change in rows if change is not None]
-    if not rows:
-        return []
-    # no RSS rise (nor peak RSS): both sides rise over one start, so the side measured second inherits the first's
-    others = [(key, title) for key, title in COLUMNS[1:] if key not in ("rss_rise_mib", "peak_rss_mib")
-              and any(_value(_mapping(s2st.get("metrics")), key) is not None for _, s2st, _ in rows)]
-    header = ["Name", "baseline", "candidate", "ratio [95% CI]", "verdict"] + [title for _, title in others]
-    body, stacked = [], []
-    for name, s2st, change in rows:
-        old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
-        interval = f" [{change.low:.3f}, {change.high:.3f}]" if change.low is not None else ""
-        ratio = f"x{change.ratio:.3f}{interval}" if change.ratio is not None else "n/a"
-        before, after = fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s"))
-        values = [(fmt_metric(key, _value(old, key)), fmt_metric(key, _value(new, key)),
-                   pct_change(_value(old, key), _value(new, key), key)) for key, _ in others]
-        body.append([name, before, after, ratio, change.word] + [f"{b} ({c})" for _, b, c in values])
-        stacked += [[name, "baseline", before] + [a for a, _, _ in values],
-                    ["", "candidate", after] + [b for _, b, _ in values],
-                    ["", "change", f"{ratio} {change.word}".strip()] + [c for _, _, c in values]]
-    return one_line_or_stacked(table(header, body), ["Name", "", "runtime"] + [title for _, title in others],
-                               stacked, width)
-
-
-AB_LEGEND = ("ratio: median of the paired candidate/baseline round ratios (rounds alternating ABBA in one process; "
-             "each round less its wait for a CPU) "
-             "[its 95% interval]; slower/faster when the interval excludes 1 and the ratio is past 2%; other "
-             "columns: the candidate (its change from the baseline), or, stacked, each side and the change")
-VERSIONS_LEGEND = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "
-                   "round by round, ABBA; each round less its wait for a CPU) [its 95% interval, widened to hold each "
-                   "worker pair's median]; slower/faster "
-                   "when the interval excludes 1 and the ratio is past 2%; other columns: the head (its change from "
-                   "the base), or, stacked, each side and the change")
-
-
-def ab_mode(s2st: Mapping[str, Any]) -> tuple[str, str]:
-    """(the A/B table's title, its legend) for the mode that measured this row: in one process, or two code
-    versions (--s2st-ab-base)."""
-    ab = _mapping(s2st.get("ab"))
-    if ab.get("mode") == "code versions":
-        return f"A/B of code versions (base {ab.get('base')} -> head)", VERSIONS_LEGEND
-    return "A/B in one process (baseline -> candidate)", AB_LEGEND
-
-
-def markdown_ab(records: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[str]:
-    """The A/B rows as GitHub-flavoured markdown (a job summary, a pull-request comment): one table per mode,
-    each benchmark's runtimes, the paired ratio with its interval and word, the test's verdict, and every other
-    measured metric's change; ``records``: (name, measurement dict, verdict)."""
-    out: list[str] = []
-    modes: dict[tuple[str, str], list] = {}
-    for name, s2st, status in records:
-        if ab_change(s2st) is not None:
-            modes.setdefault(ab_mode(s2st), []).append((name, s2st, status))
-    cell = lambda text: str(text).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-    for (title, legend), rows in modes.items():
-        others = [(key, t) for key, t in COLUMNS[1:] if key not in ("rss_rise_mib", "peak_rss_mib")
-                  and any(_value(_mapping(s.get("metrics")), key) is not None for _, s, _ in rows)]
-        out += [f"### s2st: {title}", "", "| benchmark | baseline | candidate | ratio [95% CI] | verdict | test | "
-                + " | ".join(t for _, t in others) + (" |" if others else ""),
-                "|" + "---|" * (6 + len(others))]
-        for name, s2st, status in rows:
-            change = ab_change(s2st)
-            old, new = _baseline_metrics(s2st), _mapping(s2st.get("metrics"))
-            ratio = "n/a" if change.ratio is None else f"x{change.ratio:.3f}" + (
-                f" [{change.low:.3f}, {change.high:.3f}]" if change.low is not None else "")
-            verdict = f"**{status}**" if status == "FAIL" else status
-            cells = [name, fmt_metric("runtime_s", _value(old, "runtime_s")), fmt_metric("runtime_s", _value(new, "runtime_s")),
-                     ratio, change.word, verdict] + [pct_change(_value(old, k), _value(new, k), k) for k, _ in others]
-            out.append("| " + " | ".join(cell(c) for c in cells) + " |")
-        out += ["", legend, ""]
-    return out

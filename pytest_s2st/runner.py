@@ -13,16 +13,15 @@ Two runtime protocols (``RunSettings.runtime_protocol``; PROTOCOLS says what eac
   (samples x repeat rounds: the last stage meets each new input shape cold, as upstream times it), then
   the memory and dispatch passes.
 
-The caller drives the timing pass (pytest-benchmark's pedantic) through ``TimedRounds``: as many rounds
-as ``RoundPolicy`` says.
+The caller drives the timing pass (pytest-benchmark's pedantic) through ``TimedRounds`` (rounds.py): as many
+rounds as ``RoundPolicy`` says; an in-process A/B's baseline rounds beside them (ab/inprocess.py).
 """
 from __future__ import annotations
 
-import math
-import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
+from .ab.inprocess import AB_MIN_PAIRS, PairedRounds, ab_record
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
@@ -30,13 +29,10 @@ from .measure.instructions import InstructionPass
 from .measure.memory import MemoryProbe, resolve_memory_method, rss_rise
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric, mib_summary
-from .measure.runqueue import RunqueueClock
-from .metrics import BY_NAME, INFERENCE_NAMES
-from .runtime_stats import RUNTIME, RunningPrecision, RuntimeStats
-from .runtime_stats import t975  # noqa: F401 -- the one t table, kept importable from here
+from .measurement import Measurement, StageResult, mark_uncounted
+from .metrics import INFERENCE_NAMES
+from .rounds import PROGRESS_EVERY, Progress, RoundPolicy, TimedRounds
 
-PROGRESS_EVERY = 100  # samples between progress lines (upstream logs every 100 samples)
-Progress = Callable[[str, str, int, int], None]  # (stage, pass, done, total)
 DEFAULT_MIN_ROUNDS = 5  # timed rounds at least under the warm protocol: significance.MIN_ROUNDS, an interval
 PROTOCOLS = {
     "warm": "warm: every stage called on each distinct input shape before the timed rounds (at least "
@@ -83,130 +79,6 @@ class RunSettings:
 
         table = {f.name: settings[f.name] for f in fields(cls) if f.name in BY_NAME and f.name not in given}
         return cls(**table, **given)
-
-
-@dataclass
-class StageResult:
-    name: str
-    metrics: dict[str, Metric] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "metrics": {k: m.to_dict() for k, m in self.metrics.items()}}
-
-
-@dataclass
-class Measurement:
-    """Everything one benchmark measured; filled stage by stage so a crash keeps what was measured."""
-
-    case_id: str
-    model_type: str
-    stages: list[StageResult] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-    outputs: list[Any] = field(default_factory=list, repr=False)  # final stage outputs (not saved)
-    baseline: "Measurement | None" = None  # the in-process A/B's baseline, measured in the same process
-    stage_outputs: list[list[Any]] = field(default_factory=list, repr=False)  # every stage's (not saved)
-    # metrics of the case as a whole, after the passes (translation quality: bleu, chrf, asr_bleu)
-    quality: dict[str, Metric] = field(default_factory=dict)
-    gate: Any = field(default=None, repr=False)  # the translation gate's Verdict, when the policy sets one
-
-    @property
-    def totals(self) -> dict[str, Metric]:
-        return {**aggregate(self.stages), **self.quality}
-
-    def metric(self, name: str, stage: str | None = None) -> Metric | None:
-        if stage is None:
-            return self.totals.get(name)
-        for result in self.stages:
-            if result.name == stage:
-                return result.metrics.get(name)
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        # a metric the table lacks would vanish from a cascade's totals and every table: refused, named
-        unknown = sorted(({*self.quality} | {k for s in self.stages for k in s.metrics}) - set(BY_NAME))
-        if unknown:
-            from .errors import S2STError
-
-            raise S2STError(f"{self.case_id}: metric(s) {', '.join(map(repr, unknown))} not in the metric table "
-                            "(pytest_s2st/metrics.py METRICS): add a row there, or rename the measurement")
-        return {
-            "case": self.case_id,
-            "model_type": self.model_type,
-            **self.info,
-            "metrics": {k: m.to_dict() for k, m in self.totals.items()},
-            "stages": [s.to_dict() for s in self.stages],
-            **({"baseline": self.baseline.to_dict()} if self.baseline is not None else {}),
-        }
-
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Measurement":
-        """The inverse of to_dict (outputs are never saved): stages with their metrics, the case's own metrics
-        (those no stage holds: translation quality), the rest as info."""
-        stages = [StageResult(str(s.get("name")), {k: Metric.from_dict(v) for k, v in (s.get("metrics") or {}).items()})
-                  for s in data.get("stages") or []]
-        staged = {k for s in stages for k in s.metrics}
-        out = cls(str(data.get("case")), str(data.get("model_type")), stages,
-                  info={k: v for k, v in data.items() if k not in ("case", "model_type", "metrics", "stages", "baseline")})
-        out.quality = {k: Metric.from_dict(v) for k, v in (data.get("metrics") or {}).items() if k not in staged}
-        if isinstance(data.get("baseline"), Mapping):
-            out.baseline = cls.from_dict(data["baseline"])
-        return out
-
-
-def aggregate(stages: Sequence[StageResult]) -> dict[str, Metric]:
-    if not stages:
-        return {}
-    if len(stages) == 1:
-        return dict(stages[0].metrics)
-    out: dict[str, Metric] = {}
-    for name in INFERENCE_NAMES:
-        if BY_NAME[name].aggregate is None:  # a metric of the whole case (translation quality), not of stages
-            continue
-        parts = [(s.name, s.metrics.get(name)) for s in stages]
-        if all(m is None for _, m in parts):
-            continue  # not asked for (the instruction count is off by default)
-        missing = [(n, m) for n, m in parts if m is None or m.value is None]
-        methods = sorted({m.method for _, m in parts if m is not None})
-        method = methods[0] if len(methods) == 1 else "+".join(methods)
-        if missing:
-            reason = "; ".join(f"{n}: {m.reason if m else 'not measured'}" for n, m in missing)
-            out[name] = Metric.missing(method, reason)
-            continue
-        values = [m.value for _, m in parts]
-        how = BY_NAME[name].aggregate  # runtime and FLOPs add up, memory peaks take the max
-        details: dict[str, Any] = {"over_stages": how}
-        value = sum(values) if how == "sum" else max(values)
-        rounds = [m.details.get("rounds_s") for _, m in parts]
-        if how == "sum" and all(rounds) and len({len(r) for r in rounds}) == 1:
-            details["rounds_s"] = [sum(r) for r in zip(*rounds)]  # round i of the cascade: its stages' round i
-            waited = [m.details.get("waited_s") for _, m in parts]
-            if all(waited) and len({len(w) for w in waited} | {len(rounds[0])}) == 1:
-                details["waited_s"] = [sum(w) for w in zip(*waited)]
-            details["statistic"] = RUNTIME.name
-            details["precision"] = relative_precision(details["rounds_s"])
-            details["precision_method"] = PRECISION_METHOD
-            if not RUNTIME.additive:  # the median of round totals is not the sum of the stages' medians
-                value = RUNTIME.of(details["rounds_s"])
-        protocols = {m.details.get("protocol") for _, m in parts}
-        if len(protocols) == 1 and None not in protocols:
-            details["protocol"] = protocols.pop()
-        out[name] = Metric(value, method, details=details)
-        if name == "flops":
-            mark_uncounted(out[name], [m.details for _, m in parts])
-    return out
-
-
-def mark_uncounted(metric: Metric, parts: Sequence[Mapping[str, Any]]) -> None:
-    """A FLOP total made of parts (samples, stages) is partial when any part is: their uncounted calls add up."""
-    uncounted: dict[str, int] = {}
-    for details in parts:
-        for op, calls in (details or {}).get("uncounted", {}).items():
-            uncounted[op] = uncounted.get(op, 0) + calls
-    metric.details.pop("uncounted", None)
-    metric.details.pop("partial", None)
-    if uncounted:
-        metric.details.update(uncounted=uncounted, partial=True)
 
 
 def shape_key(x: Any) -> Any:
@@ -328,300 +200,6 @@ class StageMeasurer:
         if instructions is not None:
             result.metrics["instructions"] = instructions
         return result, outputs if outputs is not None else flop_outputs
-
-
-PRECISION_METHOD = RUNTIME.method
-
-
-def relative_precision(values: Sequence[float]) -> float | None:
-    """Half-width of the runtime statistic's 95 % interval, relative to it (runtime_stats.py; the mean's: Student's t);
-    None below the rounds an interval needs or at a statistic <= 0."""
-    return RUNTIME.precision(values)
-
-
-class RoundPolicy:
-    """How many timed rounds: at least ``base`` (samples x repeat) and ``min_rounds``; then, with a target
-    precision, more until the relative 95 % half-width of the runtime statistic (runtime_stats.RUNTIME) of the
-    round times is <= the target or the rounds
-    have taken ``max_time`` seconds (``clock`` from the first round on). ``stop_reason`` says which."""
-
-    def __init__(self, base: int, min_rounds: int | None = None, target_precision: float | None = None,
-                 max_time: float = 60.0, clock: Callable[[], float] = time.perf_counter, fill_time: bool = False):
-        self.required = max(base, min_rounds or 0)
-        self.target = target_precision
-        self.max_time = max_time
-        self.fill_time = fill_time  # without a target: add rounds until max_time (pytest-benchmark's max-time)
-        self.clock = clock
-        self.started: float | None = None
-        self.stop_reason = "rounds"
-        self._precision = RunningPrecision()  # the mean's: Welford's running mean and sum of squares
-
-    def precision(self, totals: Sequence[float]) -> float | None:
-        """relative_precision(totals), updated with the rounds added since the last call (the mean's: O(1) per
-        round)."""
-        return self._precision(totals)
-
-    @property
-    def adaptive(self) -> bool:
-        return self.target is not None or self.fill_time
-
-    def more(self, totals: Sequence[float]) -> bool:
-        """Run another round, given the round times so far?"""
-        if self.started is None:
-            self.started = self.clock()
-        if len(totals) < self.required:
-            return True
-        if self.target is None and not self.fill_time:
-            self.stop_reason = "rounds"
-            return False
-        precision = self.precision(totals) if self.target is not None else None
-        if precision is not None and precision <= self.target:
-            self.stop_reason = "target precision reached"
-            return False
-        if self.clock() - self.started >= self.max_time:
-            self.stop_reason = "max time reached"
-            return False
-        return True
-
-
-class TimedRounds:
-    """One round = one sample through every stage on its pre-generated inputs, each stage clocked.
-
-    Driven by pytest-benchmark (``benchmark.pedantic(rounds.run, setup=rounds.setup, rounds=rounds.count)``)
-    or by ``run_all`` outside pytest. The stage clocks use the same timer as pytest-benchmark.
-    """
-
-    def __init__(self, stages: Sequence[Any], stage_inputs: Sequence[Sequence[Any]], device: Device, repeat: int,
-                 timer: Callable[[], float] = time.perf_counter, progress: Progress | None = None,
-                 policy: RoundPolicy | None = None):
-        self.progress = progress
-        self.stages = list(stages)
-        self.stage_inputs = stage_inputs
-        self.device = device
-        self.timer = timer
-        self.n_samples = len(stage_inputs[0])
-        # samples a round runs one after another (an A/B sizes it: PairedRounds.calibrate): each round records the
-        # per-sample mean of its calls, so rounds of any length read as per-sample times
-        self.calls = 1
-        self.policy = policy or RoundPolicy(self.n_samples * repeat)
-        self.count = self.policy.required  # the fixed count when no precision target is set
-        self.durations: list[list[float]] = [[] for _ in self.stages]
-        self.round_totals: list[float] = []  # each round's time over all stages
-        self._next = 0
-        # each round's run-queue wait (measure/runqueue.py), read between rounds, outside every clock
-        self.waits: list[float | None] = []
-        self._queue = RunqueueClock()
-        self._before: float | None = None
-        self._marked = False
-
-    def mark(self) -> None:
-        """The next round starts: read the run-queue wait (outside the timed call)."""
-        self._before, self._marked = self._queue.read(), True
-
-    def settle(self) -> None:
-        """The marked round ended: its run-queue wait is the difference of the readings."""
-        if not self._marked:
-            return
-        now = self._queue.read()
-        self.waits.append(now - self._before if now is not None and self._before is not None else None)
-        self._marked = False
-
-    def setup(self, mark: bool = True):
-        # pytest-benchmark calls this outside the clock, so progress costs the timings nothing
-        if mark:
-            self.settle()
-        if self.progress is not None and self._next and self._next % PROGRESS_EVERY == 0:
-            self.progress("all stages", "timing", self._next, self.count)
-        index = (self._next * self.calls) % self.n_samples
-        self._next += 1
-        if mark:
-            self.mark()
-        return (index,), {}
-
-    def finish(self) -> None:
-        self.settle()
-        self._queue.close()
-
-    def run(self, index: int) -> None:
-        """One round: ``calls`` samples from ``index`` on (the dataset cycled), each through every stage, each stage
-        clocked per call; the round records each stage's per-sample mean."""
-        timer, sync = self.timer, self.device.synchronize
-        sums = [0.0] * len(self.stages)
-        for c in range(self.calls):
-            i = (index + c) % self.n_samples
-            for s, stage in enumerate(self.stages):
-                x = self.stage_inputs[s][i]
-                start = timer()
-                stage.forward(x)
-                sync()
-                sums[s] += timer() - start
-        for s, took in enumerate(sums):
-            self.durations[s].append(took / self.calls)
-        self.round_totals.append(sum(sums) / self.calls)
-
-    def per_call_s(self, budget_s: float) -> float:
-        """Untimed by any round: calls over the samples in order until ``budget_s`` has passed (at least one,
-        at most one pass over the dataset); their mean time, what calls_per_round sizes rounds from."""
-        timer, sync = self.timer, self.device.synchronize
-        calls, start = 0, timer()
-        while calls < self.n_samples:
-            for s, stage in enumerate(self.stages):
-                stage.forward(self.stage_inputs[s][calls])
-                sync()
-            calls += 1
-            if timer() - start >= budget_s:
-                break
-        return (timer() - start) / calls
-
-    def more(self) -> bool:
-        return self.policy.more(self.round_totals)
-
-    def last_round_s(self) -> float:
-        """The last round's time over all stages, as the stage clocks took it (what pytest-benchmark records)."""
-        return self.round_totals[-1]
-
-    def run_all(self) -> None:
-        while self.more():
-            args, _ = self.setup()
-            self.run(*args)
-        self.finish()
-
-    def own_round_totals(self) -> list[float] | None:
-        """Each round's per-sample time less its share of the round's run-queue wait (the time this thread was
-        runnable but had no CPU: a neighbour's); None unless every round has a reading."""
-        if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
-            return None
-        return [max(t - w / self.calls, 0.0) for t, w in zip(self.round_totals, self.waits)]
-
-    def stage_waits(self) -> list[list[float]] | None:
-        """Each stage's share of each round's run-queue wait (in proportion to its time in the round); None
-        unless every round has a reading."""
-        if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
-            return None
-        return [[w * (d / total if total > 0 else 0.0) for w, d, total in zip(self.waits, durations, self.round_totals)]
-                for durations in self.durations]
-
-    def runtime_metrics(self, method: str) -> list[Metric]:
-        out = []
-        waits = self.stage_waits()
-        for s, durations in enumerate(self.durations):
-            if not durations:
-                out.append(Metric.missing(method, "no timed round ran"))
-                continue
-            stats = RuntimeStats(durations)
-            # every round is kept: compare judges a change against the spread (significance.py)
-            details = {"statistic": RUNTIME.name, "rounds": stats.rounds, "min": stats.min, "max": stats.max,
-                       "rounds_s": list(durations), "precision": RUNTIME.precision(stats),
-                       "precision_method": PRECISION_METHOD, "stopped": self.policy.stop_reason}
-            if waits is not None:  # what a neighbour took from each round: compare's gross rule looks past it
-                details["waited_s"] = waits[s]
-            out.append(Metric(stats.get(RUNTIME.name), method, details=details))
-        return out
-
-
-class PairedRounds:
-    """The in-process A/B: the candidate's rounds (timed by the caller, e.g. pytest-benchmark's pedantic, as
-    ``TimedRounds``) with a baseline round of the same input beside each, in ABBA order -- B0 A0, A1 B1, B2 A2,
-    ... -- so a drift of the machine or a cache warmed by one side's last round hits both sides alike. The
-    baseline rounds run in ``setup`` (outside the caller's clock) on the same timer; ``finish`` runs the last
-    pair's baseline round when the candidate went first."""
-
-    def __init__(self, candidate: TimedRounds, baseline: TimedRounds):
-        self.candidate, self.baseline = candidate, baseline
-        self.policy, self.count = candidate.policy, candidate.count
-        self._pending: int | None = None  # the index of a pair whose baseline round is still to run
-
-    @property
-    def timer(self) -> Callable[[], float]:
-        return self.candidate.timer
-
-    @timer.setter
-    def timer(self, value: Callable[[], float]) -> None:
-        self.candidate.timer = self.baseline.timer = value
-
-    def calibrate(self, target_s: float) -> int:
-        """Both sides run ``calls_per_round`` samples a round, sized so that the slower side's round takes about
-        ``target_s``: a preemption then takes its share of a round instead of adding the same delay to both
-        sides of a pair, which pulls the ratio toward 1 on a busy machine (+10 % read x1.042 with one-call rounds
-        at load ~7)."""
-        per_call = max(self.candidate.per_call_s(target_s / 2), self.baseline.per_call_s(target_s / 2))
-        calls = calls_per_round(per_call, target_s, self.candidate.n_samples)
-        self.candidate.calls = self.baseline.calls = calls
-        return calls
-
-    def _baseline_round(self, index: int) -> None:
-        self.baseline.mark()
-        self.baseline.run(index)
-        self.baseline.settle()
-
-    def setup(self):
-        self.candidate.settle()  # the candidate's last round ended with the caller's clock
-        if self._pending is not None:
-            self._baseline_round(self._pending)  # B of the last pair (A went first)
-            self._pending = None
-        k = len(self.candidate.round_totals)
-        args, kwargs = self.candidate.setup(mark=False)
-        if k % 2 == 0:
-            self._baseline_round(args[0])        # B A
-        else:
-            self._pending = args[0]              # A B: B after the candidate's round
-        self.candidate.mark()
-        return args, kwargs
-
-    def run(self, index: int) -> None:
-        self.candidate.run(index)
-
-    def more(self) -> bool:
-        return self.candidate.more()
-
-    def last_round_s(self) -> float:
-        return self.candidate.last_round_s()
-
-    def finish(self) -> None:
-        self.candidate.settle()
-        if self._pending is not None:
-            self._baseline_round(self._pending)
-            self._pending = None
-        self.candidate.finish()
-        self.baseline.finish()
-
-    def run_all(self) -> None:
-        while self.more():
-            args, _ = self.setup()
-            self.run(*args)
-        self.finish()
-
-    def own(self) -> bool:
-        """Whether the change is judged on own times: every round of both sides has a run-queue reading."""
-        return self.candidate.own_round_totals() is not None and self.baseline.own_round_totals() is not None
-
-    def change(self):
-        """The paired change on each round's own time (its wall time less the time the thread waited for a CPU in
-        it), else on wall times. At load 7 (six busy loops beside), on the same rounds: wall times read +10 % slower
-        13/20 and A/A once faster, own times 20/20 and never (docs/measurement.md). (With one-call rounds taking the
-        wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
-        from .significance import compare_pairs
-
-        base, cand = ((self.baseline.own_round_totals(), self.candidate.own_round_totals()) if self.own()
-                      else (self.baseline.round_totals, self.candidate.round_totals))
-        n = min(len(cand), len(base))
-        return compare_pairs(base[:n], cand[:n])
-
-
-AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/measurement.md)
-MAX_CALLS_PER_ROUND = 1_000_000
-
-
-def calls_per_round(per_call_s: float, target_s: float, n_samples: int) -> int:
-    """Samples a round runs so that it takes about ``target_s`` at ``per_call_s`` a sample: at least one; past the
-    dataset's size a whole number of passes over it (every sample weighs the same in every round); at most
-    MAX_CALLS_PER_ROUND (a call too fast for the clock)."""
-    if not per_call_s > 0:
-        return MAX_CALLS_PER_ROUND
-    calls = max(1, math.ceil(target_s / per_call_s))
-    if calls > n_samples:
-        calls = math.ceil(calls / n_samples) * n_samples
-    return min(calls, MAX_CALLS_PER_ROUND)
 
 
 def min_rounds_for(settings: RunSettings) -> int | None:
@@ -838,16 +416,7 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
         metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
-    change = paired.change()
-    measurement.info["ab"] = {
-        "ratio": change.ratio, "low": change.low, "high": change.high, "word": change.word, "pairs": change.pairs,
-        "calls_per_round": paired.candidate.calls, "round_target_s": settings.ab_round_s,
-        "timing": "own time (wall less run-queue wait)" if paired.own() else "wall time",
-        "method": f"median of paired candidate/baseline round ratios, rounds of {paired.candidate.calls} calls "
-                  f"(about {settings.ab_round_s:g} s) alternating ABBA in one process, each round's own time (wall "
-                  "less the time its thread waited for a CPU) where every round has it; 95% distribution-free "
-                  "interval of the median (order statistics, binomial)",
-    }
+    measurement.info["ab"] = ab_record(paired, settings.ab_round_s).to_dict()
 
 
 def _inputs_fingerprint(samples: Any) -> str | None:

@@ -374,7 +374,7 @@ class S2STSession:
     def _write_summary(self) -> None:
         """The A/B tables as markdown: into --s2st-summary FILE, and appended to $GITHUB_STEP_SUMMARY (GitHub
         Actions shows it on the job's page) when that is set."""
-        from .report import markdown_ab
+        from .ab import markdown_ab
 
         records = [r for r in self.records() if "ab" in r[2]]
         lines = markdown_ab([(name, measurement, status) for name, _, measurement, status in records])
@@ -444,18 +444,13 @@ class S2STSession:
             tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
 
     def _display_ab(self, tr: Any) -> None:
-        from .report import ab_mode, render_ab, wrap
+        from .ab import terminal_tables
 
-        modes: dict[tuple[str, str], list] = {}  # one table per A/B mode, each with its own title and legend
-        for name, _, measurement, _ in self.records():
-            if "ab" in measurement:
-                modes.setdefault(ab_mode(measurement), []).append((name, measurement))
-        for (title, legend), records in modes.items():
-            lines = render_ab(records)
-            if lines:
-                tr.write_sep("-", f"s2st: {title}")
-                for line in lines + wrap([legend]):
-                    tr.write_line(line)
+        # one table per A/B mode, each with its own title and legend
+        for title, lines in terminal_tables([(name, m) for name, _, m, _ in self.records() if "ab" in m]):
+            tr.write_sep("-", f"s2st: {title}")
+            for line in lines:
+                tr.write_line(line)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
         from .judging import insignificant, unlike_rows, unmatched

@@ -7,7 +7,8 @@ from math import comb
 
 import pytest
 
-from pytest_s2st.runner import AB_MIN_PAIRS, PairedRounds, RoundPolicy, TimedRounds
+from pytest_s2st.ab.inprocess import AB_MIN_PAIRS, PairedRounds
+from pytest_s2st.rounds import RoundPolicy, TimedRounds
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, GROSS_RAW, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
                                       compare_pairs, compare_runs, median_interval)

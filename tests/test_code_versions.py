@@ -14,7 +14,7 @@ from helpers import BUSY_BENCH, BUSY_MODEL
 
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.device import resolve_device
-from pytest_s2st.runner import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
+from pytest_s2st.rounds import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
 from pytest_s2st.significance import FASTER, SAME, SLOWER, compare_pair_sets, compare_pairs
 from pytest_s2st.versions.driver import worker_args
 from pytest_s2st.versions.worktree import Worktree
@@ -194,7 +194,7 @@ def test_a_measurement_comes_back_from_its_dict():
     """What a worker sends (Measurement.to_dict) is the controller's Measurement again: stages, the case's own
     metrics (translation quality), info, the baseline."""
     from pytest_s2st.measure.record import Metric
-    from pytest_s2st.runner import Measurement, StageResult
+    from pytest_s2st.measurement import Measurement, StageResult
 
     m = Measurement("c", "S2UT", [StageResult("s2u", {"runtime_s": Metric(0.02, "timer", details={"rounds_s": [0.02]}),
                                                       "flops": Metric(None, "torch", "off")}),
@@ -209,7 +209,7 @@ def test_a_measurement_comes_back_from_its_dict():
 
 
 def test_the_markdown_summary_holds_each_ab_row_and_its_verdict():
-    from pytest_s2st.report import markdown_ab
+    from pytest_s2st.ab import markdown_ab
 
     row = {"metrics": {"runtime_s": {"value": 0.002}, "flops": {"value": 200.0}},
            "baseline": {"metrics": {"runtime_s": {"value": 0.001}, "flops": {"value": 100.0}}},
@@ -233,7 +233,7 @@ class _Ticking:
 
 
 def test_paired_rounds_are_sized_on_the_slower_side_and_read_the_true_ratio():
-    from pytest_s2st.runner import PairedRounds
+    from pytest_s2st.ab.inprocess import PairedRounds
 
     clock = [0.0]
     timer = lambda: clock[0]  # noqa: E731

@@ -139,7 +139,7 @@ def test_fuzz_the_limit_parser(text):
 # ------------------------------------------------------------------------------ the runner's metric names
 
 def test_a_metric_the_table_lacks_is_refused_not_dropped():
-    from pytest_s2st.runner import Measurement, StageResult
+    from pytest_s2st.measurement import Measurement, StageResult
 
     m = Measurement("case", "callable", [StageResult("a", {"runtime_s": Metric(1.0, "t"), "speed": Metric(2.0, "x")}),
                                          StageResult("b", {"runtime_s": Metric(1.0, "t")})])

@@ -13,7 +13,7 @@ from helpers import BENCH_TEST, write_case
 from pytest_s2st.measure.attention_flops import FORMULAS as EXTRA_FORMULAS
 from pytest_s2st.measure.record import Metric
 from pytest_s2st.measure.tensor_memory import (TENSOR_METHOD, measure_tensor_memory, probe_call, run_probed)
-from pytest_s2st.runner import StageResult, aggregate
+from pytest_s2st.measurement import StageResult, aggregate
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

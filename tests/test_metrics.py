@@ -9,7 +9,7 @@ from pytest_s2st.measure.record import Metric
 from pytest_s2st.report import render_table
 from pytest_s2st.report_service import render_service_table
 from pytest_s2st.rows import Row
-from pytest_s2st.runner import StageResult, aggregate
+from pytest_s2st.measurement import StageResult, aggregate
 from pytest_s2st.settings import compare_limits
 
 

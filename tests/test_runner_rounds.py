@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import BENCH_TEST, write_case
-from pytest_s2st.runner import RoundPolicy, relative_precision, t975
+from pytest_s2st.rounds import RoundPolicy, relative_precision
+from pytest_s2st.runtime_stats import t975
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

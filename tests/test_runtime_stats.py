@@ -7,9 +7,10 @@ import math
 
 import pytest
 
-from pytest_s2st import runner, significance
+from pytest_s2st import significance
 from pytest_s2st.judging import regressions
 from pytest_s2st.report import render_compare
+from pytest_s2st.rounds import TimedRounds, relative_precision
 from pytest_s2st.rows import Row, SavedRow
 from pytest_s2st.runtime_stats import (RUNTIME, STATISTICS, T975, RunningPrecision, RuntimeStats, median_interval,
                                        saved_statistic, statistic, t975)
@@ -36,7 +37,7 @@ def test_the_mean_interval_is_students_t_by_hand():
     assert low == pytest.approx(4.0 - half, rel=1e-12) and high == pytest.approx(4.0 + half, rel=1e-12)
     assert STATISTICS["mean"].precision(ROUNDS) == pytest.approx(half / 4.0, rel=1e-12)
     assert STATISTICS["mean"].interval([3.0]) is None and STATISTICS["mean"].precision([0.0, 0.0]) is None
-    assert runner.relative_precision(ROUNDS) == RUNTIME.precision(ROUNDS)  # the runner's is the runtime statistic's
+    assert relative_precision(ROUNDS) == RUNTIME.precision(ROUNDS)  # the rounds' is the runtime statistic's
 
 
 def test_the_median_interval_is_the_order_statistics_by_hand():
@@ -59,7 +60,7 @@ def test_the_one_t_table_against_exact_quantiles():
         exact = {df: float(student.ppf(0.975, df)) for df in [*EXACT, 2.01, 5.5, 9.9, 30.5, 31, 1000]}
     except ImportError:  # the quality extra brings scipy; without it the quantiles above
         exact = EXACT
-    assert runner.t975 is significance.t975 is t975  # one table
+    assert significance.t975 is t975  # one table
     assert [t975(df) for df in range(1, 31)] == list(T975)
     for df, want in exact.items():  # between whole dfs within 0.5 % (linear in df was 4.7 % off at 2.5)
         assert t975(df) == pytest.approx(want, rel=5e-3 if df < 30 else 1e-5), df
@@ -95,7 +96,7 @@ def test_a_measured_runtime_saves_its_statistic():
         def forward(self, x):
             return x
 
-    rounds = runner.TimedRounds([Stage()], [[0, 1]], resolve_device("cpu"), repeat=3)
+    rounds = TimedRounds([Stage()], [[0, 1]], resolve_device("cpu"), repeat=3)
     rounds.run_all()
     [metric] = rounds.runtime_metrics("timer:x")
     assert metric.details["statistic"] == RUNTIME.name and metric.details["rounds"] == 6

@@ -303,7 +303,7 @@ class Driver:
         for w in (w for pair in pairs for w in pair):
             answer = self._order(w, {"op": "calibrate", "budget_s": self.round_s / 2}, ARRIVE_S, "calibrating")
             per_call = max(per_call, float((answer or {}).get("s") or 0.0))
-        from ..runner import calls_per_round
+        from ..rounds import calls_per_round
 
         calls = result.calls = calls_per_round(per_call, self.round_s, samples)
         patience = ROUND_SLACK_S + 50 * per_call * calls

@@ -33,7 +33,7 @@ class Worker:
             return {line.rstrip("\n") for line in handle if line.strip()}
 
     def serve(self, nodeid: str, rounds: Any) -> None:
-        """At ``nodeid``'s timing pass: ``rounds`` (runner.TimedRounds) runs what the controller orders."""
+        """At ``nodeid``'s timing pass: ``rounds`` (rounds.TimedRounds) runs what the controller orders."""
         channel.send(self.conn, {"op": "ready", "nodeid": nodeid, "samples": rounds.n_samples})
         while True:
             order = channel.receive(self.conn, WAIT_S)
@@ -44,11 +44,7 @@ class Worker:
                 channel.send(self.conn, {"op": "per_call", "s": rounds.per_call_s(float(order["budget_s"]))})
             elif op == "round":
                 rounds.calls = int(order["calls"])
-                args, _ = rounds.setup()
-                rounds.run(*args)
-                rounds.settle()  # the round's run-queue wait: how long this thread waited for a CPU in it
-                wall, wait = rounds.last_round_s(), rounds.waits[-1]
-                own = max(wall - wait / rounds.calls, 0.0) if wait is not None else None
+                wall, own = rounds.next_round()  # own: less the time this thread waited for a CPU in it
                 channel.send(self.conn, {"op": "round", "s": wall, "own_s": own})
             elif op == "done":
                 return

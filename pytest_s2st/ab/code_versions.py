@@ -1,0 +1,52 @@
+"""The code-version A/B (``--s2st-ab-base REF``): the base's benchmarks against the head's, in warm worker processes
+taking turns round by round (versions/; its pytest glue plugin_versions.py); ``ab_record`` folds what the workers timed
+into the paired change."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .mode import ABMode
+from .record import ABRecord
+
+if TYPE_CHECKING:
+    from ..versions.driver import Compared
+
+
+class CodeVersions(ABMode):
+    name = "code versions"
+    against = "the base"
+    legend = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "
+              "round by round, ABBA; each round less its wait for a CPU) [its 95% interval, widened to hold each "
+              "worker pair's median]; slower/faster "
+              "when the interval excludes 1 and the ratio is past 2%; other columns: the head (its change from "
+              "the base), or, stacked, each side and the change")
+
+    def title(self, record: ABRecord) -> str:
+        return f"A/B of code versions (base {record.details.get('base')} -> head)"
+
+
+MODE = CodeVersions()
+
+
+def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: str | None, round_s: float) -> ABRecord:
+    """The paired change over every worker pair's rounds (``compared``: versions.driver.Compared) of ``base`` (the
+    ref as given) against the head; no verdict when a side is missing."""
+    from ..significance import compare_pair_sets
+
+    details = {"base": base, "base_sha": base_sha, "head_sha": head_sha, "worker_pairs": len(compared.sets),
+               "rounds_s": [list(s) for s in compared.sets],
+               "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None}
+    method = ("median of paired head/base round ratios (each round's own time: wall less the time its thread waited "
+              "for a CPU), base and head in warm worker processes (each importing its own tree, all on one CPU while "
+              "timing) taking turns round by round, ABBA, worker pairs interleaved; 95% order-statistic interval of "
+              "the median, widened to hold each worker pair's own median")
+    if compared.missing is not None:
+        return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
+                        missing=compared.missing, mode=MODE.name, details=details)
+    # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where every
+    # round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread x0.70-x1.62, their
+    # own times x0.87-x1.18 (docs/measurement.md)
+    change = compare_pair_sets(compared.own_sets or compared.sets)
+    return ABRecord(change.ratio, change.low, change.high, change.word, change.pairs, compared.calls, round_s, method,
+                    timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time",
+                    mode=MODE.name, details=details)
