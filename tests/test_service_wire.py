@@ -14,7 +14,7 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.service import wire
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.options import SETTING_NAMES, LoadOptions
-from pytest_s2st.service.readers import SseDialect, read_sse
+from pytest_s2st.service.readers.sse import SseDialect, read_sse
 from pytest_s2st.service.server import serve_app, sse_event
 from pytest_s2st.settings import SETTINGS
 
@@ -34,11 +34,11 @@ class _TickDialect(SseDialect):
         return {"tick": ("audio", None), "end": ("done", event)}.get(kind, ("other", None))
 
     def audio(self, s, events, event, value, t, streamed):
-        s.record["sample_rate"] = events.rate
+        s.record.sample_rate = events.rate
         s.audio(base64.b64decode(event["b64"]), t, events.rate)
 
     def finish(self, s, events, done):
-        s.record["server_done"] = {}
+        s.record.server_done = {}
 
 
 async def _read_tick(s):
