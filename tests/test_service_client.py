@@ -18,7 +18,9 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st import runs
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.record import LevelEntry, RequestRecord
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 from pytest_s2st.service.workload import load_workload
 
 WORKLOAD = [

@@ -15,7 +15,8 @@ from pytest_s2st.service import wire
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.options import SETTING_NAMES, LoadOptions
 from pytest_s2st.service.readers.sse import SseDialect, read_sse
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import serve_app
 from pytest_s2st.settings import SETTINGS
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
