@@ -3,12 +3,12 @@
 Transport (one object, chosen by name: wire.TRANSPORTS, transport.py): by default http1.Connection, a
 lean HTTP/1.1 client over asyncio streams, one keep-alive connection per worker (see http1.py for why not
 aiohttp's client on the timed path); connect and every read are bounded, and so is each whole request.
-The untimed GETs (/identity, /v1/models) go over http1.py too. How the load runs is one dataclass,
-options.LoadOptions, passed through.
+The untimed GETs (/identity, /v1/models: server_facts.py) go over http1.py too. How the load runs is one
+dataclass, options.LoadOptions, passed through.
 
 ``run_load`` sends warm-ups (ids c<conc>-w<i>), then measured requests (c<conc>-r<i>), keeping
-``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
-out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (finished
+``concurrency`` in flight, cycling the workload. Every request ends as one record (record.RequestRecord)
+appended to out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (finished
 first, under a temp name till then). Each response's PCM streams to its WAV and its hash as it arrives
 (evidence.py: one writer thread, off the event loop that stamps chunk arrivals), so a stream costs a
 bounded window, not its audio; run_load returns once it has written everything, last its
