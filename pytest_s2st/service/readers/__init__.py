@@ -13,7 +13,8 @@ One module per answer shape, beside what they share:
 - ``raw_pcm`` (OpenAI's pcm): every body piece an arrival; the rate from the Content-Type, else the one asked
   for (``Stream.sample_rate``); audio/L16 swapped from big-endian; more than one channel refused;
 - ``wav``: audio only when whole: one arrival at the body's end (TTFA = the whole response);
-- ``response``: what every reader gets and fills (``Stream``, ``Limits``, ``Seen``, ``Fail``);
+- ``response``: what every reader gets and fills (``Stream``, ``Seen``); ``limits``: its bounds (``Limits``)
+  and the request-level failure (``Fail``);
 - ``sse_frames``: SSE framing, bounded, an event too large to hold decoded as it arrives (``Events``);
 - ``sse``: the one SSE loop (``read_sse``) over a protocol's ``SseDialect``.
 

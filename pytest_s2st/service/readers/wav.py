@@ -33,5 +33,5 @@ async def read_wav(s: Stream) -> None:
     record = s.record
     record.sample_rate, record.done_t, record.streaming, record.server_done = reader.rate, t, False, {}
     if s.pcm.size:
-        s.record.chunks.add(t, s.pcm.size)
-        s.record.first_audio_t = t
+        record.chunks.add(t, s.pcm.size)
+        record.first_audio_t = t
