@@ -60,7 +60,7 @@ def null_server(port_file: str, hold_s: float) -> None:
     client. Keep-alive HTTP/1.1; POST /v1/audio/speech answers a fixed chunked SSE response (one PCM
     event + done); GET /timings answers the stamps. hold_s > 0: each response first waits
     uniform(0.5, 1.5) * hold_s (seeded)."""
-    from pytest_s2st.service.server import sse_event
+    from pytest_s2st.service.answers import sse_event
 
     pcm = (np.sin(np.arange(4800) / 10.0) * 8000).astype("<i2").tobytes()
     audio = sse_event({"type": "audio", "index": 0, "pcm": base64.b64encode(pcm).decode(), "sample_rate": SAMPLE_RATE})

@@ -321,7 +321,7 @@ def _await_parts(p: _Part, workload: list[dict], data: dict) -> dict | None:
 def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict, facts: list[dict]) -> dict:
     """The merged level's service record: the union's summary (rates as one process counts them), the parts'
     facts, and why it is INCONCLUSIVE when the parts ran one after another."""
-    from .service.client import set_rates
+    from .service.record import set_rates
     from .service.parts import METHOD, part_id
 
     set_rates(summary, records, summary["n"], summary["wall_s"], p.rate)  # requests sent, as one process counts them

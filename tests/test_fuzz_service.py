@@ -2,7 +2,7 @@
 kind of failure its caller handles (S2STError in one line, a request error with a reason), never
 another exception and never a hang.
 
-Parsers: the SSE event path (the client's own-SSE reader (readers.read_own_sse) + _finish, fed body pieces directly), the
+Parsers: the SSE event path (the client's own-SSE reader (readers/own_sse.py) + _finish, fed body pieces directly), the
 HTTP/1.1 response parser (an in-memory stream), both together through a raw loopback server, the
 endpoint normaliser, and load_workload. Examples run per test are counted and printed (pytest -s).
 """
@@ -27,8 +27,10 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.service import http1
 from pytest_s2st.service.client import LoadOptions, _Run, request_head, run_load, speech_url
 from pytest_s2st.service.evidence import AudioSink
-from pytest_s2st.service.readers import Body, Fail, Seen, Stream, read_own_sse
-from pytest_s2st.service.server import sse_event
+from pytest_s2st.service.readers.limits import Fail
+from pytest_s2st.service.readers.own_sse import read_own_sse
+from pytest_s2st.service.readers.response import Body, Seen, Stream
+from pytest_s2st.service.answers import sse_event
 from pytest_s2st.service.workload import load_workload
 
 COUNTS: collections.Counter = collections.Counter()
@@ -124,9 +126,9 @@ def test_sse_event_path_ends_in_an_event_or_a_recorded_reason(pieces, max_audio_
     except Fail as exc:
         assert str(exc) and len(str(exc)) < 1000
         COUNTS["sse_direct:reason"] += 1
-    assert pcm.size <= run.limits.pcm_bytes(record["sample_rate"])
-    assert len(record["chunks"]) <= run.limits.events
-    runs.record_json(record)  # the writer can always write it (a lone surrogate is escaped)
+    assert pcm.size <= run.limits.pcm_bytes(record.sample_rate)
+    assert len(record.chunks) <= run.limits.events
+    runs.record_json(record.to_dict())  # the writer can always write it (a lone surrogate is escaped)
 
 
 # --- the HTTP/1.1 response parser, on an in-memory stream ------------------------------------------

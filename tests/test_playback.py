@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from pytest_s2st.runs import CONTINUITY_THRESHOLD_S, playback_metrics
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 from pytest_s2st.service.stats import summarize
 
 # the paced streaming server of tools/measure_playback.py (the script measures what these tests check)

@@ -18,7 +18,7 @@ from pytest_s2st.config import load_config
 from pytest_s2st.errors import S2STError
 from pytest_s2st.pipelines.base import build_pipeline, known_model_types
 from pytest_s2st.pipelines.qwen3tts import normalize_language
-from pytest_s2st.service.server import pipeline_synthesizer
+from pytest_s2st.service.synthesizers import pipeline_synthesizer
 from pytest_s2st.tiny import qwen_tiny
 
 REPO = Path(__file__).resolve().parent.parent

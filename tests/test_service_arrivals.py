@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from pytest_s2st.service import arrivals
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 
 @pytest.mark.parametrize("rate, shape", [(10.0, 1.0), (4.0, 0.5), (50.0, 4.0)])

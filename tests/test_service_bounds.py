@@ -15,7 +15,7 @@ import time
 import pytest
 
 from pytest_s2st import runs
-from pytest_s2st.service.server import sse_event
+from pytest_s2st.service.answers import sse_event
 
 TIMEOUT_S = 4.0
 MAX_GROWTH_KIB = 64 * 1024

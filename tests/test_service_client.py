@@ -17,7 +17,10 @@ from aiohttp import web
 from pytest_s2st.errors import S2STError
 from pytest_s2st import runs
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
+from pytest_s2st.service.record import LevelEntry, RequestRecord
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 from pytest_s2st.service.workload import load_workload
 
 WORKLOAD = [
@@ -77,6 +80,15 @@ def test_records_wavs_ids_and_summary(tmp_path):
     assert level["summary"]["n"] == 5 and level["summary"]["n_ok"] == 5 and level["warmups"] == 2
     assert level["summary"]["throughput"] == pytest.approx(
         sum(by_id[f"c2-r{i}"]["audio_seconds"] for i in range(5)) / result.wall_s)
+    assert LevelEntry.from_dict(level).to_dict() == level
+
+    lines = (tmp_path / runs.REQUESTS).read_text().splitlines()
+    assert list(json.loads(lines[0])) == [  # the JSON line's keys, in the order they always had
+        "id", "concurrency", "index", "warmup", "workload_id", "text", "language", "voice", "seed", "due_t",
+        "start_t", "send_t", "send_wall", "first_audio_t", "chunks", "done_t", "audio_seconds", "sample_rate",
+        "http_status", "streaming", "status", "error", "pcm_sha256", "wav", "server_done"]
+    for line in lines:  # a record read back writes the same line
+        assert runs.record_json(RequestRecord.from_dict(json.loads(line)).to_dict()) == line
 
 
 def test_concurrency_is_the_number_in_flight(tmp_path):

@@ -16,6 +16,7 @@ from pytest_s2st import runs
 from pytest_s2st.service import evidence
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.evidence import FLUSH_BYTES, AudioSink, Writer
+from pytest_s2st.service.record import RequestRecord
 from pytest_s2st.service.server import serve_app
 
 RATE = 48_000
@@ -112,8 +113,8 @@ def test_a_response_without_evidence_leaves_no_file(tmp_path, outcome):
     writer = Writer(tmp_path)
     (tmp_path / runs.WAV_DIR).mkdir()
     writer.open()
-    record = {"id": "c1-r0", "sample_rate": RATE, "server_done": {"pcm_sha256": "0" * 64}, "status": "ok",
-              "audio_seconds": 1.0, "chunks": runs.Timeline([[0.5, 6]])}
+    record = RequestRecord("c1-r0", 1, 0, False, "a", sample_rate=RATE, server_done={"pcm_sha256": "0" * 64},
+                           status="ok", audio_seconds=1.0, chunks=runs.Timeline([[0.5, 6]]))
     sink = writer.sink("c1-r0")
     sink.add(b"\x01\x00" * 3)
     writer.keep(record, sink, completed=outcome == "hash_mismatch")

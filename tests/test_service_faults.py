@@ -15,7 +15,7 @@ from aiohttp import web
 import loopback
 from loopback import PCM, assert_every_request_failed, unused_port
 from pytest_s2st import runs
-from pytest_s2st.service.server import sse_event
+from pytest_s2st.service.answers import sse_event
 
 AUDIO = {"type": "audio", "index": 0, "pcm": base64.b64encode(PCM).decode(), "sample_rate": 8000}
 DONE = {"type": "done", "samples": 2, "sample_rate": 8000, "pcm_sha256": hashlib.sha256(PCM).hexdigest()}

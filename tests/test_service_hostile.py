@@ -12,9 +12,10 @@ import pytest
 
 from hostile import MAX_EVENT, hostile, max_event_pcm
 from pytest_s2st import runs
-from pytest_s2st.service import client
+from pytest_s2st.service import server_facts
 from pytest_s2st.service.bench import external_case_name
 from pytest_s2st.service.client import run_load, speech_url
+from pytest_s2st.service.readers.limits import Fail, Limits
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
 PROTOCOLS = ("s2st", "openai")
@@ -130,8 +131,8 @@ def test_an_untimed_get_is_bounded(tmp_path, mode, reason):
 
 
 def test_http_get_reads_a_small_answer_and_refuses_one_past_its_bound():
-    http_get, fetch_identity, fetch_model = client.http_get, client.fetch_identity, client.fetch_model
-    assert client.MAX_GET_BYTES == 1 << 20
+    http_get, fetch_identity, fetch_model = server_facts.http_get, server_facts.fetch_identity, server_facts.fetch_model
+    assert server_facts.MAX_GET_BYTES == 1 << 20
 
     async def main():
         async with hostile("get_endless") as bad, hostile("ok") as good:
@@ -215,7 +216,7 @@ def test_the_sse_reader_holds_a_bounded_window_of_a_16_mib_event(body):
     reader used to hold (and copy) the whole line or event."""
     import tracemalloc
 
-    from pytest_s2st.service.readers import Events, Limits
+    from pytest_s2st.service.readers.sse_frames import Events
 
     audio = [0]
     events = Events(Limits(600.0), "audio", lambda chunk: audio.__setitem__(0, audio[0] + len(chunk)))
@@ -248,13 +249,13 @@ if given is not None:
         import base64
         import json
 
-        from pytest_s2st.service import readers
+        from pytest_s2st.service.readers import sse_frames
 
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(readers, "HOLD_BYTES", hold)
-            _check_streamed(readers, events, piece, slash, audio_first, crlf)
+            mp.setattr(sse_frames, "HOLD_BYTES", hold)
+            _check_streamed(sse_frames, events, piece, slash, audio_first, crlf)
 
-    def _check_streamed(readers, events, piece, slash, audio_first, crlf):
+    def _check_streamed(sse_frames, events, piece, slash, audio_first, crlf):
         import base64
         import json
 
@@ -267,12 +268,12 @@ if given is not None:
                 text = text.replace("/", "\\/")
             body += b"data: " + text.encode() + nl + nl
         audio = bytearray()
-        reader = readers.Events(readers.Limits(600.0), "audio", audio.extend)
+        reader = sse_frames.Events(Limits(600.0), "audio", audio.extend)
         out = _feed_all(reader, body, piece)
         assert len(out) == len(events)
         expected_audio = b""
         for got, e in zip(out, events):
-            if isinstance(got, readers.Streamed):
+            if isinstance(got, sse_frames.Streamed):
                 assert got.event == {**e, "audio": ""}
                 assert got.audio_bytes == len(base64.b64decode(e["audio"]))
                 expected_audio += base64.b64decode(e["audio"])
@@ -283,14 +284,14 @@ if given is not None:
     @settings(max_examples=300, deadline=None)
     @given(body=st.binary(max_size=400), piece=st.integers(1, 64), hold=st.integers(1, 100))
     def test_fuzz_sse_bytes_end_in_events_or_one_fail(body, piece, hold):
-        """Arbitrary bytes: events (bytes or Streamed) or readers.Fail, never another exception."""
-        from pytest_s2st.service import readers
+        """Arbitrary bytes: events (bytes or Streamed) or Fail, never another exception."""
+        from pytest_s2st.service.readers import sse_frames
 
-        reader = readers.Events(readers.Limits(0.01), "audio", lambda chunk: None)
+        reader = sse_frames.Events(Limits(0.01), "audio", lambda chunk: None)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(readers, "HOLD_BYTES", hold)
+            mp.setattr(sse_frames, "HOLD_BYTES", hold)
             try:
                 for got in _feed_all(reader, b'data: {"audio": "' + body, piece):
-                    assert isinstance(got, (bytes, readers.Streamed))
-            except readers.Fail as exc:
+                    assert isinstance(got, (bytes, sse_frames.Streamed))
+            except Fail as exc:
                 assert str(exc) and "\n" not in str(exc)

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from pytest_s2st.service import http1
 from pytest_s2st.service.client import request_head, run_load, speech_url
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app
+from pytest_s2st.service.server import make_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 REQUEST = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"
 CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -24,7 +24,7 @@ from hostile import MAX_EVENT, PCM, PRESEND_DELAY_S, RATE, hostile, max_event_pc
 from pytest_s2st import runs
 from pytest_s2st.service import http1
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.readers import media_type, pcm_format
+from pytest_s2st.service.readers.raw_pcm import media_type, pcm_format
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
 TRANSPORTS = ("http1", "aiohttp")

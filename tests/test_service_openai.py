@@ -18,7 +18,8 @@ import soundfile as sf
 from pytest_s2st import runs
 from pytest_s2st.service import openai_api as oa
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, to_pcm16
+from pytest_s2st.service.model_worker import to_pcm16
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 TEXT = "Hello from the reference server."
 WORKLOAD = [{"id": "a", "text": TEXT, "language": "English", "voice": "Ryan", "seed": 0},

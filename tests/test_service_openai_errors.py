@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from loopback import server_thread
-from pytest_s2st.service.server import MAX_BODY_BYTES, demo_tone_synthesizer
+from pytest_s2st.service.server import MAX_BODY_BYTES
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 SPEECH = "/v1/audio/speech"
 

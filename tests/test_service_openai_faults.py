@@ -19,7 +19,7 @@ from loopback import PCM, WORKLOAD, assert_every_request_failed, unused_port
 from pytest_s2st import runs
 from pytest_s2st.service import openai_api as oa
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import sse_event
+from pytest_s2st.service.answers import sse_event
 
 DELTA = {"type": oa.DELTA, "audio": base64.b64encode(PCM).decode()}
 DONE = {"type": oa.DONE}

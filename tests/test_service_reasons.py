@@ -15,7 +15,7 @@ import loopback
 from loopback import PCM, unused_port
 from pytest_s2st import runs
 from pytest_s2st.service import openai_api as oa
-from pytest_s2st.service.server import sse_event
+from pytest_s2st.service.answers import sse_event
 
 OWN_AUDIO = {"type": "audio", "index": 0, "pcm": base64.b64encode(PCM).decode(), "sample_rate": 8000}
 OWN_EXPECTED = "audio/done for protocol s2st"

@@ -29,7 +29,8 @@ from pydantic import ValidationError
 
 from loopback import server_thread
 from pytest_s2st.service import request_model as rm
-from pytest_s2st.service.server import demo_tone_synthesizer, to_pcm16
+from pytest_s2st.service.model_worker import to_pcm16
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 VLLM_OMNI_WHEEL = Path(os.environ.get("S2ST_VLLM_OMNI_WHEEL")
                        or Path(sys.prefix) / "wheels" / "vllm_omni-0.30.0-py3-none-any.whl")

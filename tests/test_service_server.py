@@ -20,14 +20,8 @@ import numpy as np
 import pytest
 
 from pytest_s2st.errors import S2STError
-from pytest_s2st.service.server import (
-    check_loopback,
-    demo_tone_synthesizer,
-    make_app,
-    pipeline_synthesizer,
-    run_server,
-    serve_app,
-)
+from pytest_s2st.service.server import check_loopback, make_app, run_server, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer, pipeline_synthesizer
 
 IDENTITY = {"code": {"version": "test"}, "assets": {"m.bin": "ab" * 32}, "device": "cpu", "threads": 1}
 
@@ -437,16 +431,16 @@ def test_client_that_gives_up_while_queued_costs_no_model_time():
 
 
 def test_failure_after_streaming_started_is_an_sse_error_event(monkeypatch):
-    from pytest_s2st.service import server
+    from pytest_s2st.service import answers
 
-    real = server.sse_event
+    real = answers.sse_event
 
     def failing_done(payload):
         if payload["type"] == "done":
             raise RuntimeError("hash unit on fire")
         return real(payload)
 
-    monkeypatch.setattr(server, "sse_event", failing_done)
+    monkeypatch.setattr(answers, "sse_event", failing_done)
 
     async def main():
         runner, base = await started(lambda req: (np.full(10, 0.5, np.float32), 8000))

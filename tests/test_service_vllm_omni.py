@@ -31,7 +31,9 @@ import aiohttp
 import pytest
 import soundfile as sf
 
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, to_pcm16
+from pytest_s2st.service.model_worker import to_pcm16
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 HUB_ID = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"  # a hub id with a "/": served with --served-model-name
 PROMPT = "She said she would be here by noon, but nobody showed up."  # one of the clients' prompts

@@ -14,8 +14,9 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.service import wire
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.options import SETTING_NAMES, LoadOptions
-from pytest_s2st.service.readers import SseDialect, read_sse
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.readers.sse import SseDialect, read_sse
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import serve_app
 from pytest_s2st.settings import SETTINGS
 
 WORKLOAD = [{"id": "a", "text": "hello there", "language": "English", "voice": "Ryan", "seed": 1}]
@@ -34,11 +35,11 @@ class _TickDialect(SseDialect):
         return {"tick": ("audio", None), "end": ("done", event)}.get(kind, ("other", None))
 
     def audio(self, s, events, event, value, t, streamed):
-        s.record["sample_rate"] = events.rate
+        s.record.sample_rate = events.rate
         s.audio(base64.b64decode(event["b64"]), t, events.rate)
 
     def finish(self, s, events, done):
-        s.record["server_done"] = {}
+        s.record.server_done = {}
 
 
 async def _read_tick(s):

@@ -10,7 +10,8 @@ from aiohttp import web
 from pytest_s2st import runs
 from pytest_s2st.errors import S2STError
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import serve_app, sse_event
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import serve_app
 from pytest_s2st.service.workload import load_workload
 
 GOOD = {"id": "a", "text": "hello", "language": "English", "voice": "Ryan", "seed": 1}

@@ -20,7 +20,9 @@ from pathlib import Path
 from aiohttp import web
 
 from pytest_s2st.service.client import run_load
-from pytest_s2st.service.server import demo_tone_synthesizer, make_app, serve_app, sse_event
+from pytest_s2st.service.answers import sse_event
+from pytest_s2st.service.server import make_app, serve_app
+from pytest_s2st.service.synthesizers import demo_tone_synthesizer
 
 RATE = 24000
 WORKLOAD = [{"id": f"w{i}", "text": "a sentence of moderate length for the tone server " * 2, "language": "English",

@@ -143,7 +143,7 @@ def _config_identity(path: Path) -> dict[str, Any]:
 
 def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     """(synthesizer, identity part, close callable, (stream synthesizer, its options) or None)."""
-    from ..service.server import demo_tone_synthesizer, pipeline_stream_synthesizer, pipeline_synthesizer
+    from ..service.synthesizers import demo_tone_synthesizer, pipeline_stream_synthesizer, pipeline_synthesizer
     from ..service.stream import no_stream_reason
     from ..service.stream import options as stream_options
 

@@ -81,7 +81,7 @@ def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tupl
 
     from yarl import URL
 
-    from .client import fetch_identity, fetch_model
+    from .server_facts import fetch_identity, fetch_model
 
     url = URL(endpoint)
 

@@ -3,12 +3,12 @@
 Transport (one object, chosen by name: wire.TRANSPORTS, transport.py): by default http1.Connection, a
 lean HTTP/1.1 client over asyncio streams, one keep-alive connection per worker (see http1.py for why not
 aiohttp's client on the timed path); connect and every read are bounded, and so is each whole request.
-The untimed GETs (/identity, /v1/models) go over http1.py too. How the load runs is one dataclass,
-options.LoadOptions, passed through.
+The untimed GETs (/identity, /v1/models: server_facts.py) go over http1.py too. How the load runs is one
+dataclass, options.LoadOptions, passed through.
 
 ``run_load`` sends warm-ups (ids c<conc>-w<i>), then measured requests (c<conc>-r<i>), keeping
-``concurrency`` in flight, cycling the workload. Every request ends as one record appended to
-out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (finished
+``concurrency`` in flight, cycling the workload. Every request ends as one record (record.RequestRecord)
+appended to out_dir/requests.jsonl (flushed per record) and, when it completed, out_dir/wav/<id>.wav (finished
 first, under a temp name till then). Each response's PCM streams to its WAV and its hash as it arrives
 (evidence.py: one writer thread, off the event loop that stamps chunk arrivals), so a stream costs a
 bounded window, not its audio; run_load returns once it has written everything, last its
@@ -57,14 +57,16 @@ from yarl import URL
 from .. import runs
 from ..errors import S2STError
 from . import arrivals, http1, wire
+from . import openai_api as oa
 from .evidence import AudioSink, Writer
 from .options import MAX_AUDIO_S, LoadOptions
-from .readers import Fail, Limits, Seen, Stream, short
-from .transport import Response, Slot, Transport, host_header, not_an_answer, request_head
-from . import openai_api as oa
+from .readers.limits import Fail, Limits
+from .readers.response import Seen, Stream, short
+from .record import LEVEL_KEYS, WORKLOAD_FIELDS, LevelEntry, RequestRecord, set_rates
+from .server_facts import server_facts
 from .stats import summarize
+from .transport import Response, Slot, Transport, not_an_answer, request_head
 
-_WORKLOAD_FIELDS = wire.WORKLOAD_FIELDS
 __all__ = ["LoadOptions", "LoadResult", "MAX_AUDIO_S", "request_head", "run_load", "speech_url"]
 
 
@@ -73,7 +75,7 @@ class LoadResult:
     endpoint: str
     concurrency: int
     out_dir: Path
-    records: list[dict]  # this run's records (warm-ups and measured), in completion order
+    records: list[dict]  # this run's records (RequestRecord.to_dict: warm-ups and measured), in completion order
     wall_s: float | None  # wall seconds of the measured phase
     warmup_wall_s: float
     summary: dict
@@ -105,7 +107,7 @@ class _Run:
     transport: Transport = field(init=False)
     limits: Limits = field(init=False)
     slots: list[Slot] = field(init=False)  # one per worker
-    records: list[dict] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
     writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
     pcm_rate: int = field(init=False)  # of answers that name no rate (Protocol.pcm_rate)
     ids: set[str] = field(default_factory=set)  # every request id this run has begun
@@ -121,36 +123,22 @@ class _Run:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def keep(self, record: dict, sink: AudioSink | None = None, completed: bool = False) -> None:
+    def keep(self, record: RequestRecord, sink: AudioSink | None = None, completed: bool = False) -> None:
         """Hand the record to the writer thread, in order: a completed response's WAV is finished
         (hash checked, header written, renamed) before its record; a failed one's part file removed."""
         self.records.append(record)
         self.writer.keep(record, sink, completed)
 
-    def new_record(self, item: dict, index: int, warmup: bool) -> dict:
-        record: dict[str, Any] = {
-            "id": runs.request_id(self.concurrency, index, warmup),
-            "concurrency": self.concurrency,
-            "index": index,
-            "warmup": warmup,
-            "workload_id": item.get("id"),
-        }
-        for key in _WORKLOAD_FIELDS:
-            if key in item:
-                record[key] = item[key]
-        record.update(
-            due_t=None, start_t=None, send_t=None, send_wall=None, first_audio_t=None, chunks=[], done_t=None, audio_seconds=None,
-            sample_rate=None, http_status=None, streaming=None, status="error", error=None, pcm_sha256=None, wav=None,
-        )
-        record["chunks"] = runs.Timeline()  # [t, nbytes] per arrival, compact: the audio itself goes to disk
-        return record
+    def new_record(self, item: dict, index: int, warmup: bool) -> RequestRecord:
+        return RequestRecord(runs.request_id(self.concurrency, index, warmup), self.concurrency, index, warmup,
+                             item.get("id"), {key: item[key] for key in WORKLOAD_FIELDS if key in item})
 
     async def request(self, slot: Slot, item: dict, index: int, warmup: bool, due_t: float | None = None) -> None:
         record = self.new_record(item, index, warmup)
-        record["due_t"] = due_t
-        self.ids.add(record["id"])
+        record.due_t = due_t
+        self.ids.add(record.id)
         body = self.body(item)
-        pcm = self.writer.sink(record["id"])
+        pcm = self.writer.sink(record.id)
         seen = Seen()
         try:
             await http1.within(self.opts.timeout_s, self.transport.exchange(
@@ -158,32 +146,32 @@ class _Run:
             self._finish(record, pcm)
         except asyncio.CancelledError:
             slot.drop()
-            record["error"] = seen.then("cancelled: the run's total time bound ran out before this request finished")
+            record.error = seen.then("cancelled: the run's total time bound ran out before this request finished")
             self.keep(record, pcm)
             raise
         except Fail as exc:
-            record["error"] = str(exc)
+            record.error = str(exc)
         except http1.Stalled:
-            record["error"] = seen.then(f"read stalled: no data for {self.opts.read_timeout_s:g} s")
+            record.error = seen.then(f"read stalled: no data for {self.opts.read_timeout_s:g} s")
         except asyncio.TimeoutError:
-            record["error"] = seen.then(f"timeout: no complete response within {self.opts.timeout_s:g} s")
+            record.error = seen.then(f"timeout: no complete response within {self.opts.timeout_s:g} s")
         except http1.Disconnected as exc:
-            record["error"] = seen.then(str(exc))
+            record.error = seen.then(str(exc))
         except http1.TooLarge as exc:
-            record["error"] = seen.then(f"response too large: {exc}")
+            record.error = seen.then(f"response too large: {exc}")
         except http1.ProtocolError as exc:
-            record["error"] = seen.then(f"response broken mid-stream: {exc}" if seen.status is not None
+            record.error = seen.then(f"response broken mid-stream: {exc}" if seen.status is not None
                                         else f"response broken: {exc}")
         except OSError as exc:  # e.g. reset by a server that died
-            record["error"] = seen.then(f"connection lost: {exc}")
+            record.error = seen.then(f"connection lost: {exc}")
         except Exception as exc:  # a client bug must not take the other requests down; record it
-            record["error"] = f"client error {type(exc).__name__}: {exc}"
+            record.error = f"client error {type(exc).__name__}: {exc}"
         else:
             self.keep(record, pcm, completed=True)  # its WAV is finished first, then the record
             return
-        if seen.foreign and not record["chunks"] and "of type" not in record["error"]:
+        if seen.foreign and not record.chunks and "of type" not in record.error:
             # the request failed (a timeout, a bound) on a stream of another protocol's events: say so
-            record["error"] += (f"; the response held no events of the expected type ({self.protocol.expected()}) "
+            record.error += (f"; the response held no events of the expected type ({self.protocol.expected()}) "
                                 f"but {seen.names()}{self.protocol.hint(seen.foreign)}")
         slot.drop()  # a failed exchange leaves its connection in an unknown state
         self.keep(record, pcm)
@@ -191,13 +179,13 @@ class _Run:
     def body(self, item: dict) -> dict:
         return self.protocol.body(item, self.model, self.opts.extra_body)
 
-    async def _answer(self, resp: Response, record: dict, pcm: AudioSink, seen: Seen) -> None:
+    async def _answer(self, resp: Response, record: RequestRecord, pcm: AudioSink, seen: Seen) -> None:
         """A response's head, then its body by the protocol's reader of its Content-Type (any transport)."""
-        record["http_status"] = resp.status
+        record.http_status = resp.status
         seen.head_read(resp.status, resp.seen_type)
         why = not_an_answer(resp.status, resp.headers)
         echoed = resp.headers.get("x-request-id")
-        if not why and echoed not in (None, record["id"]) and echoed in self.ids:
+        if not why and echoed not in (None, record.id) and echoed in self.ids:
             # a server that echoes the id (vLLM's --enable-request-id-headers) says whose answer this is:
             # one sent unasked, before this request, is read as this one's where the two cross on the wire
             why = (f"the answer names X-Request-Id {short(echoed)}: it answers that request, not this one "
@@ -216,15 +204,15 @@ class _Run:
         await reader(Stream(resp, record, pcm, seen, protocol, self.limits, self.pcm_rate, self.now,
                             self.writer.room))
 
-    def _finish(self, record: dict, pcm: AudioSink) -> None:
+    def _finish(self, record: RequestRecord, pcm: AudioSink) -> None:
         samples = pcm.size // 2
-        server = record.get("server_done") or {}
+        server = record.server_done or {}
         if not samples:
             raise Fail("response carried no audio")
         if server.get("samples") is not None and server["samples"] != samples:
             raise Fail(f"done event says {server['samples']} samples, received {samples}")
         # the hash is checked, and the WAV finished, by the writer thread (evidence.Writer)
-        record.update(status="ok", audio_seconds=samples / record["sample_rate"])
+        record.status, record.audio_seconds = "ok", samples / record.sample_rate
 
     async def measure(self, workload: list[dict], warmups: int, count: int,
                       deadline: float | None) -> tuple[bool, float, float]:
@@ -309,7 +297,7 @@ class _Run:
         for index in range(count):
             if index not in started:
                 record = self.new_record(workload[index % len(workload)], index, warmup)
-                record["error"] = "not sent: the run's total time bound ran out"
+                record.error = "not sent: the run's total time bound ran out"
                 self.keep(record)
         return cut_short
 
@@ -325,101 +313,6 @@ def _check_out_dir(out_dir: Path, concurrency: int) -> None:
             raise S2STError(f"{path}: already holds records for concurrency {concurrency}; use a new out_dir")
 
 
-MAX_GET_BYTES = 1 << 20  # the answer of an untimed GET (/identity, /v1/models): read to at most this
-
-
-class GetFailed(Exception):
-    """An untimed GET that gave no usable answer; the message says why (status and what followed)."""
-
-
-async def http_get(url: URL, path: str, timeout_s: float, authorization: str | None = None,
-                   max_bytes: int = MAX_GET_BYTES) -> tuple[int, bytes]:
-    """(status, body) of ``GET path`` over http1.py, or GetFailed naming why. Bounded as the speech requests
-    are: ``timeout_s`` bounds the whole GET, the body is read to at most ``max_bytes`` (never inflated: the
-    client asks for identity and refuses any other Content-Encoding), and a redirect is never followed (its
-    status and Location are the reason): what is saved about a server comes from the endpoint given."""
-    conn: http1.Connection | None = None
-    seen = Seen()
-
-    async def go() -> tuple[int, bytes]:
-        nonlocal conn
-        conn = await http1.Connection.open(url.raw_host, url.port, tls=url.scheme == "https", timeout_s=timeout_s)
-        auth = f"Authorization: {authorization}\r\n" if authorization else ""
-        conn.send(f"GET {path} HTTP/1.1\r\nHost: {host_header(url)}\r\nUser-Agent: pytest-s2st\r\nAccept: application/json"
-                  f"\r\nAccept-Encoding: identity\r\n{auth}Connection: close\r\n\r\n".encode())
-        resp = await conn.response(timeout_s)
-        seen.head_read(resp.status, resp.content_type)
-        why = not_an_answer(resp.status, resp.headers)
-        if why:
-            raise GetFailed(why)
-        length = resp.headers.get("content-length", "")
-        if length.isdigit() and int(length) > max_bytes:
-            raise GetFailed(f"HTTP {resp.status}: an answer of {int(length)} bytes passed {max_bytes} (not read)")
-        body = bytearray()
-        async for piece in conn.body(timeout_s):
-            seen.body(piece)
-            body += piece
-            if len(body) > max_bytes:
-                raise GetFailed(f"HTTP {resp.status}: the answer passed {max_bytes} bytes (not read further)")
-        return resp.status, bytes(body)
-
-    try:
-        return await http1.within(timeout_s, go())
-    except asyncio.TimeoutError:
-        raise GetFailed(seen.then(f"timeout: no complete answer within {timeout_s:g} s")) from None
-    except http1.Stalled:
-        raise GetFailed(seen.then(f"read stalled: no data for {timeout_s:g} s")) from None
-    except (http1.Disconnected, http1.ProtocolError) as exc:
-        raise GetFailed(seen.then(str(exc))) from None
-    except (OSError, ValueError) as exc:  # refused, unreachable, TLS handshake, ...
-        raise GetFailed(seen.then(f"connection failed: {exc}")) from None
-    finally:
-        if conn is not None:
-            conn.close()
-
-
-async def fetch_identity(url: URL, timeout_s: float) -> tuple[dict | None, str | None]:
-    """(GET /identity's JSON object, None), or (None, why there is none)."""
-    try:
-        status, raw = await http_get(url, "/identity", timeout_s)
-    except GetFailed as exc:
-        return None, f"GET /identity: {exc}"
-    if status != 200:
-        return None, f"GET /identity: HTTP {status}"
-    try:
-        identity = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        return None, f"GET /identity: not JSON ({short(str(exc))})"
-    if not isinstance(identity, dict):
-        return None, f"GET /identity: a JSON {type(identity).__name__}, not an object"
-    return identity, None
-
-
-# the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
-_LEVEL_KEYS = ("concurrency", "summary", "wall_s", "warmup_wall_s", "warmups", "requests", "timeout_s",
-               "read_timeout_s", "total_timeout_s", "max_audio_s", "timed_out", "started_wall", "t0_perf",
-               "identity_error", "protocol", "extra_body", "sample_rate", "model", "model_source", "request_rate",
-               "burstiness", "arrival_seed", "arrivals_method")
-
-
-async def fetch_model(url: URL, timeout_s: float) -> tuple[str | None, str]:
-    """(the first model id of GET /v1/models, where it came from or why there is none), as ``vllm bench
-    serve`` picks its model when none is given. The answer is read to at most MAX_GET_BYTES (http_get)."""
-    where = f"GET {oa.MODELS_PATH}"
-    try:
-        status, raw = await http_get(url, oa.MODELS_PATH, timeout_s, oa.authorization())
-    except GetFailed as exc:
-        return None, f"{where}: {exc}; no model sent"
-    if status != 200:
-        return None, f"{where}: HTTP {status}; no model sent"
-    try:
-        model = json.loads(raw)["data"][0]["id"]
-    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
-        return None, f"{where}: no {{\"data\": [{{\"id\"}}]}} list in the answer; no model sent"
-    if not isinstance(model, str) or not model:
-        return None, f"{where}: the first id is not a string; no model sent"
-    return model, where
-
 
 def _check_workload(workload: list[dict]) -> None:
     """Every item can be sent: a request that cannot be built is refused here, before any is sent."""
@@ -429,36 +322,10 @@ def _check_workload(workload: list[dict]) -> None:
         if not isinstance(item, dict):
             raise S2STError(f"workload item {i}: expected a dict, got {type(item).__name__}")
         try:
-            json.dumps({key: item[key] for key in _WORKLOAD_FIELDS if key in item}, ensure_ascii=False).encode()
+            json.dumps({key: item[key] for key in WORKLOAD_FIELDS if key in item}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
             raise S2STError(f"workload item {i} ({short(item.get('id'))}): cannot be sent as UTF-8 JSON "
                             f"({type(exc).__name__}: {short(str(exc))})") from None
-
-
-async def _server_facts(url: URL, protocol: wire.Protocol, extra_body: dict,
-                        timeout_s: float) -> tuple[dict | None, str | None, str | None, str | None]:
-    """(identity, why there is none, model, where it came from), fetched untimed before the load."""
-    model, model_source = None, None
-    identity, identity_error = await fetch_identity(url, min(timeout_s, 5.0))
-    if protocol.sends_model:
-        if "model" in extra_body:
-            model, model_source = extra_body["model"], "extra_body"
-        else:
-            model, model_source = await fetch_model(url, min(timeout_s, 5.0))
-    return identity, identity_error, model, model_source
-
-
-def set_rates(summary: dict, records: list[dict], count: int, wall: float | None, request_rate: float) -> None:
-    """The asked rate ("inf": closed loop) beside the achieved one: measured requests SENT (their bytes
-    reached the socket; one the run's bound left unsent, or whose connection failed, is no load the
-    server saw) per wall second of the measured phase."""
-    summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
-    sent = sum(1 for r in records if not r.get("warmup") and r.get("send_t") is not None)
-    summary["achieved_rate"], why = arrivals.achieved_rate(sent, wall)
-    if count and not sent:
-        why = f"none of the {count} measured requests was sent (no connection, or the run's bound ran out)"
-    if why:
-        summary.setdefault("reasons", {})["achieved_rate"] = why
 
 
 async def run_load(endpoint: str, workload: list[dict], concurrency: int, options: LoadOptions | None = None, *,
@@ -473,7 +340,7 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
     """
     opts = LoadOptions.of(options, **fields)
     _check_workload(workload)
-    opts = opts.checked(concurrency, _LEVEL_KEYS)
+    opts = opts.checked(concurrency, LEVEL_KEYS)
     protocol = wire.protocol(opts.protocol)
     protocol.pcm_rate(opts)  # a bad asked rate is refused before any folder or request
     url = speech_url(endpoint)
@@ -485,27 +352,28 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
 
     started_wall, t0 = time.time(), time.perf_counter()
     deadline = None if opts.total_timeout_s is None else t0 + opts.total_timeout_s
-    identity, identity_error, model, model_source = await _server_facts(url, protocol, opts.extra_body,
-                                                                        opts.timeout_s)
+    identity, identity_error, model, model_source = await server_facts(url, protocol, opts.extra_body,
+                                                                       opts.timeout_s)
     run = _Run(url, concurrency, out_dir, opts, t0, model)
     timed_out, warmup_wall, wall = await run.measure(workload, opts.warmups, count, deadline)
 
-    summary = summarize(run.records, wall, opts.targets)
-    set_rates(summary, run.records, count, wall, opts.request_rate)
-    level = {
-        "wall_s": wall, "warmup_wall_s": warmup_wall, "warmups": opts.warmups, "requests": count,
-        "timeout_s": opts.timeout_s, "read_timeout_s": opts.read_timeout_s, "total_timeout_s": opts.total_timeout_s,
-        "max_audio_s": opts.max_audio_s, "timed_out": timed_out, "started_wall": started_wall, "t0_perf": t0,
-        "identity_error": identity_error, "protocol": opts.protocol,
-        "request_rate": summary["request_rate"],
-        "burstiness": "inf" if math.isinf(opts.burstiness) else opts.burstiness, "arrival_seed": opts.arrival_seed,
-        "arrivals_method": None if math.isinf(opts.request_rate) else arrivals.METHOD,
-        **protocol.level_entry(opts, model, model_source),
-        **(opts.extra or {}),
-    }
-    runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity, extra=level)
+    records = [record.to_dict() for record in run.records]
+    summary = summarize(records, wall, opts.targets)
+    set_rates(summary, records, count, wall, opts.request_rate)
+    level = LevelEntry(
+        concurrency=concurrency, summary=summary, wall_s=wall, warmup_wall_s=warmup_wall, warmups=opts.warmups,
+        requests=count, timeout_s=opts.timeout_s, read_timeout_s=opts.read_timeout_s,
+        total_timeout_s=opts.total_timeout_s, max_audio_s=opts.max_audio_s, timed_out=timed_out,
+        started_wall=started_wall, t0_perf=t0, identity_error=identity_error, protocol=opts.protocol,
+        request_rate=summary["request_rate"],
+        burstiness="inf" if math.isinf(opts.burstiness) else opts.burstiness, arrival_seed=opts.arrival_seed,
+        arrivals_method=None if math.isinf(opts.request_rate) else arrivals.METHOD,
+        protocol_entry=protocol.level_entry(opts, model, model_source), extra=dict(opts.extra or {}),
+    )
+    runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity,
+                       extra=level.to_dict())
     return LoadResult(
-        endpoint=endpoint, concurrency=concurrency, out_dir=out_dir, records=run.records, wall_s=wall,
+        endpoint=endpoint, concurrency=concurrency, out_dir=out_dir, records=records, wall_s=wall,
         warmup_wall_s=warmup_wall, summary=summary, identity=identity, t0_perf=t0, started_wall=started_wall,
         timed_out=timed_out, identity_error=identity_error,
     )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from .. import runs
+from .record import RequestRecord
 
 FLUSH_BYTES = 64 * 1024  # audio the event loop gathers before handing it to the writer thread
 MAX_QUEUED_BYTES = 8 * 1024 * 1024  # audio handed over, not yet written: past it, reading waits
@@ -138,7 +139,7 @@ class Writer:
         while self.queued > MAX_QUEUED_BYTES:
             await asyncio.sleep(0.002)
 
-    def keep(self, record: dict, sink: AudioSink | None, completed: bool) -> None:
+    def keep(self, record: RequestRecord, sink: AudioSink | None, completed: bool) -> None:
         """Queue the record (its WAV first when ``completed``, else the sink's part file is removed)."""
         if sink is not None:
             sink.flush()
@@ -148,26 +149,26 @@ class Writer:
         """A future done once everything queued before it is on disk."""
         return self._io.submit(lambda: None)
 
-    def _persist(self, record: dict, sink: AudioSink | None, completed: bool) -> None:
+    def _persist(self, record: RequestRecord, sink: AudioSink | None, completed: bool) -> None:
         try:
             self._persist_one(record, sink, completed)
         except Exception as exc:  # a future nobody awaits would drop it: the run raises it at the end
-            self.error = self.error or f"could not write record {record.get('id')}: {exc}"
+            self.error = self.error or f"could not write record {record.id}: {exc}"
 
-    def _persist_one(self, record: dict, sink: AudioSink | None, completed: bool) -> None:
+    def _persist_one(self, record: RequestRecord, sink: AudioSink | None, completed: bool) -> None:
         if sink is not None and not completed:
             sink.discard()
         elif sink is not None:
             try:
-                digest = sink.finish(record["sample_rate"], record["server_done"].get("pcm_sha256"))
-                record.update(pcm_sha256=digest, wav=f"{runs.WAV_DIR}/{sink.path.name}")
+                digest = sink.finish(record.sample_rate, record.server_done.get("pcm_sha256"))
+                record.pcm_sha256, record.wav = digest, f"{runs.WAV_DIR}/{sink.path.name}"
             except ValueError as exc:
-                record.update(status="error", audio_seconds=None, error=str(exc))
+                record.status, record.audio_seconds, record.error = "error", None, str(exc)
             except OSError as exc:  # no WAV, no "ok": the evidence would be incomplete
-                record.update(status="error", audio_seconds=None, error=f"could not write {sink.path}: {exc}")
+                record.status, record.audio_seconds, record.error = "error", None, f"could not write {sink.path}: {exc}"
         assert self._fh is not None
         # the file stays open for the run; a flush per record gives the same durability as reopening
-        self._fh.write(runs.record_json(record) + "\n")
+        self._fh.write(runs.record_json(record.to_dict()) + "\n")
         self._fh.flush()
 
     def close(self) -> None:

@@ -25,7 +25,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from yarl import URL
 
 from . import http1
-from .readers import Body, Fail
+from .readers.limits import Fail
+from .readers.response import Body
+from .record import RequestRecord
 
 
 def host_header(url: URL) -> str:
@@ -103,7 +105,7 @@ class Transport:
     async def close(self) -> None:
         """After the last request; every slot is dropped before."""
 
-    async def exchange(self, slot: Slot, body: dict, record: dict, answer: Answer) -> None:
+    async def exchange(self, slot: Slot, body: dict, record: RequestRecord, answer: Answer) -> None:
         raise NotImplementedError
 
 
@@ -178,14 +180,14 @@ class Http1(Transport):
             raise Fail(f"connection failed: {exc}") from None
         return slot.conn
 
-    async def exchange(self, slot: Slot, body: dict, record: dict, answer: Answer) -> None:
+    async def exchange(self, slot: Slot, body: dict, record: RequestRecord, answer: Answer) -> None:
         run = self.run
-        record["send_wall"] = time.time()
-        record["start_t"] = run.now()
+        record.send_wall = time.time()
+        record.start_t = run.now()
         conn = await self._connect(slot)
         payload = json.dumps(body, ensure_ascii=False).encode()
-        head = self.head + f"X-Request-Id: {record['id']}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
-        record["send_t"] = run.now()
+        head = self.head + f"X-Request-Id: {record.id}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+        record.send_t = run.now()
         conn.send(head + payload)
         resp = await conn.response(run.opts.read_timeout_s)
         await answer(_H1Response(conn, resp, run.opts.read_timeout_s))
@@ -261,8 +263,8 @@ class Aiohttp(Transport):
 
         async def on_sent(session, ctx, params) -> None:  # the send stamp: the request's bytes went to the socket
             record = ctx.trace_request_ctx
-            if record is not None and record["send_t"] is None:
-                record["send_t"] = run.now()
+            if record is not None and record.send_t is None:
+                record.send_t = run.now()
 
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(on_sent)
@@ -275,14 +277,14 @@ class Aiohttp(Transport):
         if self.session is not None:
             await self.session.close()
 
-    async def exchange(self, slot: Slot, body: dict, record: dict, answer: Answer) -> None:
+    async def exchange(self, slot: Slot, body: dict, record: RequestRecord, answer: Answer) -> None:
         import aiohttp
 
         run = self.run
-        record["send_wall"] = time.time()
-        record["start_t"] = run.now()
+        record.send_wall = time.time()
+        record.start_t = run.now()
         payload = json.dumps(body, ensure_ascii=False).encode()
-        headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record["id"],
+        headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record.id,
                    "Accept": run.protocol.accept, "Accept-Encoding": "identity"}
         auth = run.protocol.authorization()
         if auth:

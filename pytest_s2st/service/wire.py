@@ -2,14 +2,15 @@
 
 A ``Protocol`` is what goes over the wire for one speech request and what comes back: the request's
 Accept and Authorization headers and its JSON body, the reader of each answer shape it takes (by
-Content-Type, readers.py), and the words of its reasons (what it expected, the hint to switch when the
+Content-Type, readers/), and the words of its reasons (what it expected, the hint to switch when the
 answer looks like another protocol's). A ``Transport`` (transport.py) carries the bytes. ``run_load``
 takes both by name (``LoadOptions.protocol`` / ``.transport``) and asks the object, never the name.
 
-Adding a wire format: its reader(s) (an SSE one is an ``readers.SseDialect``) and a Protocol subclass
-in its own module, one entry in ``PROTOCOLS`` below, and its name in settings.py's ``protocol`` choice
-(kept equal to ``PROTOCOLS`` by tests/test_service_wire.py). Adding a transport: a ``transport.Transport``
-subclass and one entry in ``TRANSPORTS``.
+Adding a wire format takes three files: its reader(s), one new module of readers/ (an SSE one is a
+``readers.sse.SseDialect`` and its read function); here a Protocol subclass and one entry in
+``PROTOCOLS``; and its name in settings.py's ``protocol`` choice (kept equal to ``PROTOCOLS`` by
+tests/test_service_wire.py). Adding a transport: a ``transport.Transport`` subclass and one entry in
+``TRANSPORTS``.
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import S2STError
 from . import openai_api as oa
-from .readers import Reader, read_openai_sse, read_own_sse, read_raw_pcm, read_wav
+from .readers.openai_sse import read_openai_sse
+from .readers.own_sse import read_own_sse
+from .readers.raw_pcm import read_raw_pcm
+from .readers.response import Reader
+from .readers.wav import read_wav
+from .record import WORKLOAD_FIELDS
 from .transport import Aiohttp, Http1, Transport
-
-# the fields of a workload item a request may carry (workload.py checks them); each protocol maps them
-WORKLOAD_FIELDS = ("text", "language", "voice", "seed", "instruct")
 
 
 class Protocol:
