@@ -487,3 +487,24 @@ def test_streaming_failure_after_the_first_chunk_is_told_in_band_where_the_proto
     pcm = np.full(10, 16384, "<i2").tobytes()  # 0.5 of full scale (2**15), as to_pcm16 writes it
     assert raw == (200, pcm)
     assert (health["failed"], health["served"]) == (3, 0)
+
+
+def test_the_identity_hash_covers_every_module_the_server_runs():
+    """The server's identity hashed server.py alone; the routes, answers and the model thread live in several modules
+    now: every service module the server imports (transitively, read by ast) is in the hash."""
+    import ast
+    from pathlib import Path
+
+    from pytest_s2st.cli.serve import SERVING_MODULES
+
+    folder = Path(__file__).resolve().parent.parent / "pytest_s2st" / "service"
+    seen, todo = set(), ["server"]
+    while todo:
+        name = todo.pop()
+        if name in seen or not (folder / f"{name}.py").exists():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse((folder / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                todo += [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+    assert len(seen) >= 5 and seen <= set(SERVING_MODULES), sorted(seen - set(SERVING_MODULES))

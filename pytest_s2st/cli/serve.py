@@ -40,10 +40,24 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+# the modules whose code decides what the server answers (routes, answers, the model thread, request checks): the
+# identity's hash covers them all, so an edit to any of them shows as a different server
+SERVING_MODULES = ("server", "answers", "model_worker", "synthesizers", "request_model", "openai_api", "stream",
+                   "resample")
+
+
+def serving_code_sha256() -> str:
+    import hashlib
+
+    folder = Path(__file__).resolve().parent.parent / "service"
+    digest = hashlib.sha256()
+    for name in SERVING_MODULES:
+        digest.update(f"{name}:{sha256_file(folder / f'{name}.py')}\n".encode())
+    return digest.hexdigest()
+
+
 def code_identity() -> dict[str, Any]:
     from importlib import metadata
-
-    from ..service import server
 
     try:
         version = metadata.version("pytest-s2st")
@@ -55,7 +69,7 @@ def code_identity() -> dict[str, Any]:
         "version": version,
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": None if status is None else bool(status),
-        "server_module_sha256": sha256_file(Path(server.__file__)),
+        "server_module_sha256": serving_code_sha256(),  # the key's old name: every serving module now
         "python": platform.python_version(),
     }
 
