@@ -213,8 +213,20 @@ class S2STBenchmark:
                                                           measurement=measurement)
         try:
             self.benchmark.extra_info["s2st"] = measurement.to_dict()
-        except S2STError as exc:  # a metric a plugin added that the metric table lacks
+        except S2STError as exc:  # a metric a plugin added that the metric table lacks: the test fails, naming it,
+            _drop_unknown_metrics(measurement)  # and the row keeps what was measured for the session's tables
+            self.benchmark.extra_info["s2st"] = measurement.to_dict()
             fail(exc)
+
+
+def _drop_unknown_metrics(measurement: Any) -> None:
+    from .metrics import BY_NAME
+
+    while measurement is not None:
+        measurement.quality = {k: m for k, m in measurement.quality.items() if k in BY_NAME}
+        for stage in measurement.stages:
+            stage.metrics = {k: m for k, m in stage.metrics.items() if k in BY_NAME}
+        measurement = measurement.baseline
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
