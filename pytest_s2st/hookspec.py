@@ -6,13 +6,18 @@ A conftest that must also load without pytest-s2st marks its implementations ``o
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
+from .results import Record, SessionVerdicts
+
+if TYPE_CHECKING:
+    from .runner import Measurement
+
 
 @pytest.hookspec
-def pytest_s2st_row_measured(config: pytest.Config, item: pytest.Item, measurement: Any) -> None:
+def pytest_s2st_row_measured(config: pytest.Config, item: pytest.Item, measurement: Measurement) -> None:
     """An s2st_benchmark row was measured (every pass, translation scores and gate included) and is about to be
     saved into pytest-benchmark's extra_info (the saved JSON) and the session's tables.
 
@@ -25,12 +30,12 @@ def pytest_s2st_row_measured(config: pytest.Config, item: pytest.Item, measureme
 
 
 @pytest.hookspec
-def pytest_s2st_session_ready(config: pytest.Config, rows: list, verdicts: Any) -> None:
+def pytest_s2st_session_ready(config: pytest.Config, rows: list[Record], verdicts: SessionVerdicts) -> None:
     """The session's rows and verdicts are final (after the compare, the --s2st-summary files and the exit
     status): the place for exports such as a CI job summary. Called once, on the controller under xdist.
 
-    ``rows``: a session.Record per s2st_benchmark row (name, nodeid, measurement as saved, verdict);
-    ``verdicts``: session.SessionVerdicts (inconclusive tests, regressions, unchecked limits, files not written).
+    ``rows``: a results.Record per s2st_benchmark row (name, nodeid, measurement as saved, verdict);
+    ``verdicts``: results.SessionVerdicts (inconclusive tests, regressions, unchecked limits, files not written).
     """
 
 
