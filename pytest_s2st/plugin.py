@@ -1,5 +1,9 @@
 """pytest glue: options with ini twins, markers, parametrization, fixtures, verdicts, extra table, compare.
 
+Thin: s2st_benchmark hands off to plugin_benchmark.S2STBenchmark, a test's verdict is judge.py's (its gates
+over the facts gathered here), the session's state and tables are session.py's; the public hooks are
+hookspec.py's.
+
 Knows pytest, knows no model. Importing this module must stay cheap: no torch, fairseq or
 qwen_tts here; the core modules that need them are imported inside fixtures.
 """
