@@ -230,8 +230,10 @@ def baseline_metrics(s2st: Mapping[str, Any]) -> Mapping[str, Any]:
     return mapping(mapping(s2st.get("baseline")).get("metrics"))
 
 
-def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[list[str], list[str]]:
-    """(crossed, unchecked) --s2st-compare-fail limits of one A/B benchmark, candidate against its baseline. The
+def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit],
+              against: str = "the baseline") -> tuple[list[str], list[str]]:
+    """(crossed, unchecked) --s2st-compare-fail limits of one A/B benchmark, candidate against its baseline
+    (``against`` names it in the lines: the A/B mode's word, ab.ABMode.against). The
     runtime limit is crossed when the paired ratio is past it and the paired interval says slower; a limit
     whose metric one side lacks, or an A/B without an interval, is unchecked (INCONCLUSIVE, never a pass)."""
     from .significance import SLOWER
@@ -241,7 +243,6 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit]) -> tuple[
         return [], []
     old, new = SavedRow.from_metrics(baseline_metrics(s2st)), SavedRow.from_dict(s2st)
     crossed, unchecked = [], []
-    against = "the base" if mapping(s2st.get("ab")).get("mode") == "code versions" else "the baseline"
     for limit in limits:
         old_v, new_v = old.value(limit.metric), new.value(limit.metric)
         if limit.metric == "runtime_s":

@@ -1,5 +1,9 @@
 """pytest glue: options with ini twins, markers, parametrization, fixtures, verdicts, extra table, compare.
 
+Thin: s2st_benchmark hands off to plugin_benchmark.S2STBenchmark, a test's verdict is outcome.py's (its gates
+over the facts gathered here), the session's state and tables are session.py's; the public hooks are
+hookspec.py's.
+
 Knows pytest, knows no model. Importing this module must stay cheap: no torch, fairseq or
 qwen_tts here; the core modules that need them are imported inside fixtures.
 """
@@ -14,6 +18,7 @@ import pytest
 from .errors import S2STError
 from .gate import gate_help, gate_signature
 from .metrics import budget_signature
+from .plugin_benchmark import START_RSS_KEY, S2STBenchmark, gate_where
 from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
 from .settings import SETTINGS, argparse_type
 
@@ -30,6 +35,12 @@ MARKERS = {
 
 
 SERVICE_PLUGIN = ("s2st_service", "pytest_s2st.plugin_service")
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -322,40 +333,6 @@ def s2st_dataset(s2st_case):
         fail(exc)
 
 
-def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]:
-    """(settings, RunSettings) of an s2st_benchmark call: the case's, else the session's."""
-    from .runner import RunSettings
-
-    state = session_of(request.config)
-    settings = case.settings if case else {s.name: state.option(s.name) for s in SETTINGS}
-    try:
-        if case is not None:
-            device = case.device()
-        else:
-            from .measure.device import resolve_device
-
-            device = resolve_device(state.pin_device(settings["device"]))
-    except S2STError as exc:
-        fail(exc)
-    child = case is not None and (settings["instructions"] != "off" or settings["isolate"])  # rebuilds the case
-    return settings, RunSettings.from_settings(settings, device=device, fill_time=state.fill_time,
-                                               case=case.to_dict() if child else None)
-
-
-def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
-    from .dump import dump_waveforms
-    from .runs import safe_name
-
-    general = case.config.general if case else {}
-    speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
-    if speech:
-        try:
-            dump_waveforms(speech, Path(dump_dir) / safe_name(measurement.case_id),
-                           str(general.get("dump_waveform_file_prefix", "")), general.get("target_sr"))
-        except S2STError as exc:
-            fail(exc)
-
-
 @pytest.fixture
 def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     """Call as ``s2st_benchmark(model, inputs)``: measures runtime, memory and FLOPs of every stage.
@@ -366,230 +343,7 @@ def s2st_benchmark(request: pytest.FixtureRequest, benchmark):
     array (one input per row), any iterable of inputs, or ``s2st_dataset`` (dataset_size already applied).
     No config is needed for your own callable: the row is named after the test.
     """
-    from .benchmark_compat import fixture_timer, pedantic_until, save_case_ids, timer_name
-    from . import progress
-    from .measurement import Measurement
-    from .runner import measure_pipeline
-
-    save_case_ids(benchmark)
-    state = session_of(request.config)
-    case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
-
-    def run(pipeline, dataset, *, baseline=None, references=None) -> Measurement:
-        if state.benchmark_refusals:
-            fail(state.benchmark_refusals[0])
-        versions = state.code_versions
-        if versions is not None:  # pytest-benchmark times nothing here: its "fixture was not used" does not apply
-            benchmark._mode = "s2st: timed by the code-version A/B"
-        if versions is not None and versions.controller:  # both sides measured in the workers (plugin_versions)
-            measurement = versions.compare(request.node)
-            measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
-            state.add_measurement(request.node, measurement)
-            benchmark.extra_info["s2st"] = measurement.to_dict()
-            return measurement
-        if versions is not None:
-            baseline = None  # a code-version worker times its own tree's model; the other side is the baseline
-        from .datasets import inputs_from
-        from .pipelines.callable import from_function, is_pipeline
-
-        where = f"{request.node.nodeid}: s2st_benchmark(model, inputs)"
-        # --s2st-isolate re-creates in a child what the test benchmarks: the case's pipeline from the case,
-        # anything else (the test's own callable) from its pickle
-        own = case is None or "s2st_pipeline" not in request.fixturenames \
-            or pipeline is not request.getfixturevalue("s2st_pipeline")
-        benchmarked, benchmarked_baseline = pipeline, baseline
-        try:
-            if not is_pipeline(pipeline):
-                pipeline = from_function(pipeline, where)
-            if baseline is not None and not is_pipeline(baseline):
-                baseline = from_function(baseline, f"{request.node.nodeid}: s2st_benchmark(..., baseline=)")
-            dataset = inputs_from(dataset, where)
-            if references is not None:
-                if not own:
-                    raise S2STError(f"{where}: references= scores your own callable's outputs; the case's pipeline "
-                                    "takes its references from the config (general.references)")
-                from .gate import given_references
-
-                references = given_references(references, len(dataset), where)
-        except S2STError as exc:
-            fail(exc)
-        settings, run_settings = _run_settings(request, case)
-        if own and run_settings.isolate:
-            run_settings.isolate_model = benchmarked
-        if own and run_settings.instructions != "off":  # the valgrind child re-creates it from its pickle
-            run_settings.instructions_model = benchmarked
-        if run_settings.instructions != "off" and benchmarked_baseline is not None and (  # an A/B's baseline, likewise
-                case is None or "s2st_pipeline" not in request.fixturenames
-                or benchmarked_baseline is not request.getfixturevalue("s2st_pipeline")):
-            run_settings.instructions_baseline = benchmarked_baseline
-        if not own and case.case_id in state.case_start_rss:  # the case's pipeline: its start is before its build
-            run_settings.start_rss_mib = state.case_start_rss[case.case_id]
-        else:  # the test's own callable: what the test built counts, from the start of its setup
-            run_settings.start_rss_mib = request.node.stash.get(START_RSS_KEY, None)
-            run_settings.start_what = "before the test's setup"
-        measurement = Measurement(case.case_id if case else request.node.name, pipeline.model_type)
-        if case is not None:
-            measurement.info["config"] = str(case.config.path)
-        # what compare matches on: independent of the rootdir (see rows.identity)
-        measurement.info["identity"] = f"{request.node.path.name}::{request.node.name}"
-        if state.worker:
-            measurement.info["xdist_worker"] = state.worker
-        state.add_measurement(request.node, measurement)
-
-        def drive(rounds) -> str:
-            rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
-            if versions is not None:  # the controller orders each round (versions/worker.py)
-                versions.serve(request.node, rounds)
-                return timer_name(timer)
-            # pedantic's loop, as many rounds as the policy says (a count, or until --s2st-target-precision is
-            # reached); pytest-benchmark records each round as our stage clocks timed it, so its table and ours
-            # hold the same numbers (benchmark_compat.pedantic_until)
-            pedantic_until(benchmark, rounds.run, rounds.setup, rounds.more, timed=rounds.last_round_s)
-            return timer_name(timer)
-
-        try:
-            # a slow model's passes take minutes: a line every 10 s (one write from another thread, outside no clock
-            # that matters: the timed rounds are per sample, the line costs microseconds)
-            with state.timing_turn(), progress.phase(f"measuring {measurement.case_id} (warm-up, timing, memory and "
-                                                     "FLOPs passes)"):
-                measure_pipeline(pipeline, dataset, run_settings, case_id=measurement.case_id,
-                                 drive_timing=drive, measurement=measurement, baseline=baseline,
-                                 progress=_progress_writer(request.config, measurement.case_id))
-        except S2STError as exc:  # a model's own one-line refusal (e.g. too few frames for Griffin-Lim)
-            fail(exc)
-        if references is not None:
-            _given_translation(request, case, references, measurement)
-        elif case is not None:
-            _translation(request, state, case, dataset, measurement, pipeline)
-        benchmark.extra_info["s2st"] = measurement.to_dict()
-        if versions is not None:
-            versions.measured(request.node, benchmark.extra_info["s2st"])
-        if settings.get("dump_dir"):
-            _dump(measurement, case, settings["dump_dir"])
-        return measurement
-
-    return run
-
-
-def _translation(request: pytest.FixtureRequest, state: S2STSession, case: Any, samples: list,
-                 measurement: Any, pipeline: Any = None) -> None:
-    """BLEU/chrF of the case's translations and ASR-BLEU/ASR-chrF of its output speech against its references
-    (after every pass, never timed) into the row; with translation thresholds in the frozen policy, the gate's
-    verdict (measurement.gate)."""
-    from .gate import gate_policy
-    from .measure.record import Metric
-    from .quality.translation import judge_translation, translation_keys
-    from .quality.verdict import Verdict
-
-    where = str(case.config.path)
-    marker = request.node.get_closest_marker("s2st_gate")
-    try:
-        scores = case_translation_scores(case, samples, [s.name for s in measurement.stages],
-                                         measurement.stage_outputs, pipeline, where)
-        # the marker's own keys were checked at setup (named as the test file's); what is left is the merge
-        policy = gate_policy(case.config.quality, marker.kwargs if marker else None,
-                             f"{where} (quality)" + (f" with {gate_where(request.node)}" if marker else ""))
-    except S2STError as exc:
-        fail(exc)
-    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items() if not m.get("absent")})
-    if policy is None or not translation_keys(policy):
-        return
-    base_path = (case.config.quality or {}).get("baseline")
-    baseline = None
-    if base_path:
-        try:
-            baseline = _translation_baseline(state, str(base_path))
-        except S2STError as exc:
-            fail(exc)
-    status, reasons, metrics = judge_translation(policy, scores, baseline, str(base_path or ""))
-    measurement.gate = Verdict(status, reasons, {"translation": metrics})
-    measurement.info["translation_gate"] = {"status": status, "reasons": reasons, "metrics": metrics,
-                                            "baseline": str(base_path) if base_path else None,
-                                            "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
-
-
-def _given_translation(request: pytest.FixtureRequest, case: Any, references: list, measurement: Any) -> None:
-    """s2st_benchmark(fn, inputs, references=[...]): BLEU/chrF of the callable's text outputs into the row and,
-    with translation thresholds in the policy (the s2st_gate marker over a case's quality: section), the verdict.
-    Drop thresholds need a baseline's scores, which a callable has not: INCONCLUSIVE with the reason."""
-    from .gate import gate_policy, given_reference_scores
-    from .measure.record import Metric
-    from .quality.translation import judge_translation, translation_keys
-    from .quality.verdict import Verdict
-
-    settings = case.settings if case is not None else {"bleu_tokenize": session_of(request.config).option("bleu_tokenize")}
-    scores = given_reference_scores([s.name for s in measurement.stages], measurement.stage_outputs, references,
-                                    settings.get("bleu_tokenize"))
-    measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items()})
-    marker = request.node.get_closest_marker("s2st_gate")
-    quality = case.config.quality if case is not None else None
-    try:
-        policy = gate_policy(quality, marker.kwargs if marker else None,
-                             f"{case.config.path} (quality)" if case is not None else gate_where(request.node))
-    except S2STError as exc:
-        fail(exc)
-    if policy is None or not translation_keys(policy):
-        return
-    status, reasons, metrics = judge_translation(policy, scores, None)
-    reasons = [r.replace("(quality.baseline)", "(a callable's references= give no baseline scores)") for r in reasons]
-    measurement.gate = Verdict(status, reasons, {"translation": metrics})
-    measurement.info["translation_gate"] = {"status": status, "reasons": reasons, "metrics": metrics,
-                                            "baseline": None, "references": "s2st_benchmark(references=)",
-                                            "policy": policy.to_dict(), "policy_fingerprint": policy.fingerprint()}
-
-
-def case_translation_scores(case: Any, samples: list, names: list, outputs: list, pipeline: Any, where: str) -> dict:
-    """Every translation metric of a case's outputs (Metric dicts): BLEU/chrF of its last text stage, ASR-BLEU/
-    ASR-chrF of its final speech; a metric it could not score carries the reason (value None)."""
-    from .quality.scorers import asr_backend
-    from .quality.translation import (SPEECH_METRICS, TEXT_METRICS, measure_speech, measure_translation,
-                                      missing_metrics, no_scores_reason, target_language)
-
-    general = case.config.general
-    references = general.get("references")
-    finder = getattr(pipeline, "reference_decoder", None)
-    decode = finder() if callable(finder) else None
-    asr_dir = (case.config.quality or {}).get("asr_model_dir")
-    tokenize = case.settings.get("bleu_tokenize") or "13a"  # resolved by load_case (auto: by target language)
-    scores = measure_translation(samples, names, outputs, references, where, decode, tokenize)
-    scores.update(measure_speech(samples, names, outputs, references, where,
-                                 target_language(general, case.config.stages),
-                                 lambda lang: asr_backend(lang, asr_dir), decode, tokenize))
-    for kind, speech in ((TEXT_METRICS, False), (SPEECH_METRICS, True)):  # why not, for a gate that needs them
-        if not any(name in scores for name in kind):
-            scores.update({name: dict(m, absent=True) for name, m in missing_metrics(
-                kind, no_scores_reason(samples, names, outputs, references, where, decode, speech)).items()})
-    return scores
-
-
-def _translation_baseline(state: S2STSession, path: str) -> dict:
-    """The translation metrics of a quality.baseline config: its row when this session measured it, else
-    its pipeline run untimed on its own dataset (once per session)."""
-    if path in state.translation_baselines:
-        return state.translation_baselines[path]
-    for _item, measured in state.results:
-        if measured.info.get("config") == path and measured.quality:
-            state.translation_baselines[path] = {k: m.to_dict() for k, m in measured.quality.items()}
-            return state.translation_baselines[path]
-    from .datasets import load_dataset
-    from .pipelines.base import build_pipeline
-    from .quality.translation import run_outputs
-
-    case = state.load_extra_case(path)
-    general = case.config.general
-    if general.get("dataset_path") is None:
-        raise S2STError(f"{path} (quality.baseline): no dataset: set general.dataset_path")
-    samples = load_dataset(general["dataset_path"], case.settings["dataset_type"], case.settings["dataset_size"],
-                           sample_rate=int(general.get("sample_rate", 16000)))
-    pipeline = build_pipeline(case.model_type, case.config.stages, device=case.device().name,
-                              config_path=case.config.path, config_lines=case.config.lines)
-    try:
-        names, outputs = run_outputs(pipeline, samples)
-        scores = case_translation_scores(case, samples, names, outputs, pipeline, f"{path} (quality.baseline)")
-    finally:
-        pipeline.close()
-    state.translation_baselines[path] = {k: m for k, m in scores.items() if not m.get("absent")}
-    return state.translation_baselines[path]
+    return S2STBenchmark(request, benchmark)  # plugin_benchmark.py
 
 
 PROGRESS_WRITER_KEY = pytest.StashKey["Any"]()
@@ -623,107 +377,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         progress.remove(writer)
 
 
-def _progress_writer(config: pytest.Config, case_id: str):
-    """Progress of long datasets on the terminal, between the test's own output (capture suspended; through the
-    writer _install_progress installed, so one line at a time and none under -q)."""
-    if config.get_verbosity() < 0:
-        return None
-    from . import progress
-
-    def report(stage: str, phase: str, done: int, total: int) -> None:
-        progress.write(f"s2st [{case_id}] {stage}: {phase} {done}/{total}")
-
-    return report
-
-
-def _item_verdict(item: pytest.Item):
-    """Budgets and evidence of one test -> the worst verdict (FAIL > INCONCLUSIVE > PASS), or None."""
-    from .budget import FAIL, INCONCLUSIVE, PASS, Verdict, check_budget, parse_budget, service_lookup
-    from .service.bench import evidence_reasons, gate_verdict
+def _item_facts(item: pytest.Item) -> Any:
+    """What the test brings to its verdict (outcome.GATES): its markers' keywords, what it measured, the limits."""
+    from .outcome import ItemFacts
 
     measurement = item.stash.get(MEASUREMENT_KEY, None)
-    service = item.stash.get(SERVICE_KEY, None)
-    verdicts = []
-    for marker in item.iter_markers("s2st_budget"):
-        limits, stage = parse_budget(marker.kwargs, item.nodeid)
-        if measurement is not None:
-            verdicts.append(check_budget(measurement.metric, limits, stage, [s.name for s in measurement.stages]))
-        elif service is not None and service.get("level_part"):
-            continue  # one part of a level (--s2st-level-parts): budgets judge the merged level, on its merger
-        elif service is not None:
-            verdicts.append(check_budget(service_lookup(service), limits))
-        else:
-            verdicts.append(Verdict(INCONCLUSIVE, ["s2st_budget set but the test measured nothing "
-                                                   "(call s2st_benchmark or s2st_load)"]))
-    if measurement is not None and getattr(measurement, "gate", None) is not None:
-        verdicts.append(measurement.gate)  # translation thresholds of the frozen policy (_translation)
-    elif measurement is not None and service is None and item.get_closest_marker("s2st_gate") is not None:
-        verdicts.append(Verdict(INCONCLUSIVE, [_unjudged_gate(item, measurement)]))  # never a silent pass
-    if service is not None:  # parts_reasons: a level split by --s2st-level-parts not driven as asked
-        reasons = list(service.get("parts_reasons") or []) + (evidence_reasons(service) if "summary" in service else [])
-        verdicts.append(Verdict(INCONCLUSIVE, reasons) if reasons else Verdict(PASS))
-        gate = gate_verdict(service)
-        if gate is not None:
-            verdicts.append(gate)
-    if measurement is not None and measurement.baseline is not None:
-        verdicts += _ab_verdict(item, measurement)
-    elif measurement is not None:
-        verdicts += _unmeasured_verdict(item, measurement)
-    if not verdicts:
-        return None
-    order = {FAIL: 0, INCONCLUSIVE: 1, PASS: 2}
-    worst = min(verdicts, key=lambda v: order[v.status])
-    reasons = [r for v in verdicts if v.status != PASS for r in v.reasons]
-    # a speedup is reported only when everything passed
-    speedup = next((v.speedup for v in verdicts if v.speedup), None) if worst.status == PASS else None
-    return Verdict(worst.status, reasons, speedup=speedup)
-
-
-def _unjudged_gate(item: pytest.Item, measurement: Any) -> str:
-    """Why an s2st_gate marker on an s2st_benchmark test judged nothing."""
-    marker = item.get_closest_marker("s2st_gate")
-    keys = ", ".join(f"{k}={v!r}" for k, v in marker.kwargs.items())
-    if "config" not in measurement.info and not measurement.quality:  # s2st_benchmark(fn, inputs): no references
-        why = ("s2st_benchmark(model, inputs) of your own callable has no references to score: pass "
-               "references=[...], one reference translation per input (docs/writing.md), or benchmark a config "
-               "case with general.references (docs/quality.md)")
-    else:
-        why = "no translation score it names was measured for this case (its other keys judge service benchmarks)"
-    return f"s2st_gate({keys}) not judged: {why}"
-
-
-def _ab_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
-    """An in-process A/B under --s2st-compare-fail: FAIL past a limit, INCONCLUSIVE where one could not be
-    checked; without limits the A/B is reported, not judged."""
-    from .budget import FAIL, INCONCLUSIVE, PASS, Verdict
-    from .judging import ab_limits
-
-    missing = measurement.info.get("ab", {}).get("missing")
-    if missing:  # a code-version A/B where a side measured nothing: never a pass
-        return [Verdict(INCONCLUSIVE, [f"no A/B verdict: {missing}"])]
-    limits = session_of(item.config).option("compare_fail")
-    if not limits:
-        return []
-    crossed, unchecked = ab_limits(measurement.to_dict(), limits)
-    return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + ([Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
-
-
-def _unmeasured_verdict(item: pytest.Item, measurement: Any) -> list[Any]:
-    """--benchmark-compare with --s2st-compare-fail: a limit on a metric this run could not measure (instructions
-    of a lambda, FLOPs turned off) is INCONCLUSIVE, one line per limit with the metric's reason, on this test --
-    not a pass followed by "not checked" in the session's regressions, which leave it out."""
-    from .budget import INCONCLUSIVE, Verdict
-    from .judging import unmeasured_limits
-    from .rows import SavedRow
-
-    limits = session_of(item.config).option("compare_fail")
-    if not limits or not item.config.getoption("benchmark_compare", None):
-        return []
-    reasons = unmeasured_limits(SavedRow.from_dict(measurement.to_dict()), limits)
-    return [Verdict(INCONCLUSIVE, reasons)] if reasons else []
-
-
-START_RSS_KEY = pytest.StashKey[float]()  # item -> the process's RSS (MiB) when its setup began
+    gate = item.get_closest_marker("s2st_gate")
+    facts = ItemFacts(item.nodeid, [m.kwargs for m in item.iter_markers("s2st_budget")],
+                      gate.kwargs if gate is not None else None, measurement, item.stash.get(SERVICE_KEY, None))
+    if measurement is not None:
+        facts.compare_fail = session_of(item.config).option("compare_fail") or ()
+        facts.compare_saved = bool(item.config.getoption("benchmark_compare", None))
+    return facts
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -752,12 +417,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             fail(exc)
 
 
-def gate_where(item: pytest.Item) -> str:
-    """'test_x.py:12 (s2st_gate of test_name)': where a marker's bad keyword was written."""
-    path, line, _ = item.location
-    return f"{path}:{(line or 0) + 1} (s2st_gate of {getattr(item, 'originalname', item.name)})"
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
@@ -777,7 +436,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             evidence = f"runtime candidate/baseline: {change.describe()}"
             report.sections.append(("s2st A/B", evidence))
             item.user_properties.append(("s2st_ab", evidence))  # junitxml reads the teardown report's
-    verdict = _item_verdict(item)
+    from .outcome import item_verdict
+
+    verdict = item_verdict(_item_facts(item))
     if verdict is not None:
         session_of(item.config).record_verdict(item, report, verdict)
 

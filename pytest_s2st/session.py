@@ -7,7 +7,6 @@ import this module and never each other.
 from __future__ import annotations
 
 import contextlib
-
 import os
 import secrets
 import tempfile
@@ -18,6 +17,7 @@ from typing import Any, Mapping
 import pytest
 
 from .errors import S2STError
+from .results import Record, SessionVerdicts
 from .settings import SETTINGS
 
 MEASUREMENT_KEY = pytest.StashKey["Any"]()  # item -> Measurement of s2st_benchmark
@@ -60,7 +60,7 @@ class S2STSession:
         workerinput = getattr(config, "workerinput", None)
         self.worker: str | None = workerinput.get("workerid") if workerinput else None
         self._planned_root: str | None = workerinput.get("s2st_evidence_root") if workerinput else None
-        self.remote_results: list[tuple[str, str, dict, str]] = []  # (name, nodeid, measurement dict, verdict)
+        self.remote_results: list[Record] = []  # the workers' rows
         self.original_nodeid: dict[str, str] = {}  # nodeid with xdist's "@group" suffix -> the plain one
         self.workers = 0                          # xdist workers the controller started
 
@@ -273,22 +273,22 @@ class S2STSession:
 
     # ------------------------------------------------------------------ end of session
 
-    def records(self) -> list[tuple[str, str, dict, str]]:
-        """(test name, nodeid, measurement dict, verdict) of every s2st_benchmark call: this process's
-        and, on an xdist controller, every worker's (sorted by nodeid: workers finish in any order)."""
+    def records(self) -> list[Record]:
+        """A Record of every s2st_benchmark call: this process's and, on an xdist controller, every worker's
+        (sorted by nodeid: workers finish in any order)."""
         local = []
         for item, measurement in self.results:
             verdict = item.stash.get(VERDICT_KEY, None)
             nodeid = self.original_nodeid.get(item.nodeid, item.nodeid)
-            local.append((item.name, nodeid, measurement.to_dict(), verdict.status if verdict else ""))
-        return local + sorted(self.remote_results, key=lambda r: r[1])
+            local.append(Record(item.name, nodeid, measurement.to_dict(), verdict.status if verdict else ""))
+        return local + sorted(self.remote_results, key=lambda r: r.nodeid)
 
     def rows(self) -> list[Any]:
         from .rows import rows_from
 
         rows = []
-        for name, nodeid, measurement, status in self.records():
-            rows += rows_from(name, nodeid, measurement, status)
+        for r in self.records():
+            rows += rows_from(r.name, r.nodeid, r.measurement, r.verdict)
         return rows
 
     def export(self) -> dict[str, Any]:
@@ -296,7 +296,7 @@ class S2STSession:
         plain = lambda nodeid: self.original_nodeid.get(nodeid, nodeid)  # noqa: E731
         return {
             "worker": self.worker,
-            "results": [list(r) for r in self.records()],
+            "results": [[r.name, r.nodeid, r.measurement, r.verdict] for r in self.records()],
             "service": [[name, data] for name, data in self.service_results],
             "inconclusive": [[plain(nodeid), reasons] for nodeid, reasons in self.inconclusive],
             "evidence_root": str(self._evidence_root) if self._evidence_root else None,
@@ -304,14 +304,14 @@ class S2STSession:
 
     def absorb(self, payload: dict[str, Any]) -> None:
         """The controller's side of export(): one worker's rows join the session's."""
-        self.remote_results += [(str(n), str(i), dict(m), str(v)) for n, i, m, v in payload.get("results", [])]
+        self.remote_results += [Record(str(n), str(i), dict(m), str(v)) for n, i, m, v in payload.get("results", [])]
         self.service_results += [(str(n), dict(d)) for n, d in payload.get("service", [])]
         self.inconclusive += [(str(i), [str(r) for r in reasons]) for i, reasons in payload.get("inconclusive", [])]
         if payload.get("evidence_root"):
             self._evidence_root = Path(payload["evidence_root"])
 
     def compared(self) -> dict[str, Any]:
-        """{identity[::stage]: its saved row (rows.SavedRow)} of the run --benchmark-compare loaded."""
+        """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
         from .benchmark_compat import compared_mapping
         from .distribute import malformed_s2st
         from .rows import compared_rows
@@ -335,12 +335,12 @@ class S2STSession:
 
         if self.config.getoption("benchmark_compare", None):
             compared = self.compared()
-            # a limit on a metric this run could not measure is that test's INCONCLUSIVE (plugin._item_verdict)
+            # a limit on a metric this run could not measure is that test's INCONCLUSIVE (judge.unmeasured_gate)
             return judge_limits(self.rows(), compared, limits, self.compare_faults, unmeasured_here=False)
         # no saved run: the limits judge in-process A/Bs (each test's own verdict); any other benchmark checked nothing
-        return [], [f"{nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no limit "
-                    f"of --s2st-compare-fail {','.join(map(str, limits))} was checked"
-                    for _, nodeid, measurement, _ in self.records() if "ab" not in measurement]
+        return [], [f"{r.nodeid}: no baseline (s2st_benchmark(..., baseline=)) and no --benchmark-compare, so no "
+                    f"limit of --s2st-compare-fail {','.join(map(str, limits))} was checked"
+                    for r in self.records() if "ab" not in r.measurement]
 
     def finish(self, session: pytest.Session) -> None:
         """Plots, regressions and the exit status (pytest_sessionfinish)."""
@@ -370,14 +370,17 @@ class S2STSession:
             self.inconclusive and self.option("strict"))
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        verdicts = SessionVerdicts(list(self.inconclusive), list(self.regressions), list(self.unchecked),
+                                   list(self.not_written))
+        self.config.hook.pytest_s2st_session_ready(config=self.config, rows=self.records(), verdicts=verdicts)
 
     def _write_summary(self) -> None:
         """The A/B tables as markdown: into --s2st-summary FILE, and appended to $GITHUB_STEP_SUMMARY (GitHub
         Actions shows it on the job's page) when that is set."""
         from .ab import markdown_ab
 
-        records = [r for r in self.records() if "ab" in r[2]]
-        lines = markdown_ab([(name, measurement, status) for name, _, measurement, status in records])
+        records = [r for r in self.records() if "ab" in r.measurement]
+        lines = markdown_ab([(r.name, r.measurement, r.verdict) for r in records])
         if not lines:
             return
         text = "\n".join(lines) + "\n"
@@ -388,8 +391,8 @@ class S2STSession:
             if path.endswith(".json"):  # the same rows for a program: each benchmark's measurement and verdict
                 import json
 
-                body = json.dumps([{"name": name, "nodeid": nodeid, "verdict": status, "s2st": measurement}
-                                   for name, nodeid, measurement, status in records], indent=1, default=str) + "\n"
+                body = json.dumps([{"name": r.name, "nodeid": r.nodeid, "verdict": r.verdict, "s2st": r.measurement}
+                                   for r in records], indent=1, default=str) + "\n"
             else:
                 body = text
             try:
@@ -398,6 +401,12 @@ class S2STSession:
                     handle.write(body)
             except OSError as exc:
                 self.not_written.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
+
+    def _write_table(self, tr: Any, name: str, lines: list[str]) -> None:
+        """A table's lines, after plugins had their say (pytest_s2st_table: they may change or add lines)."""
+        self.config.hook.pytest_s2st_table(config=self.config, name=name, lines=lines)
+        for line in lines:
+            tr.write_line(line)
 
     def display(self, tr: Any) -> None:
         """The s2st sections of the terminal summary."""
@@ -430,8 +439,8 @@ class S2STSession:
 
         rows = self.rows()
         tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
-        for line in render_table(rows) + wrap(table_notes(rows) + [f"note: {note}" for note in missing_notes(rows)]):
-            tr.write_line(line)
+        self._write_table(tr, "inference", render_table(rows) + wrap(table_notes(rows) + [f"note: {note}" for note
+                                                                                          in missing_notes(rows)]))
         warning = self.contention_warning()
         if warning:
             tr.write_line(f"warning: {warning}", yellow=True)
@@ -447,10 +456,9 @@ class S2STSession:
         from .ab import terminal_tables
 
         # one table per A/B mode, each with its own title and legend
-        for title, lines in terminal_tables([(name, m) for name, _, m, _ in self.records() if "ab" in m]):
+        for title, lines in terminal_tables([(r.name, r.measurement) for r in self.records() if "ab" in r.measurement]):
             tr.write_sep("-", f"s2st: {title}")
-            for line in lines:
-                tr.write_line(line)
+            self._write_table(tr, "ab", lines)
 
     def _display_compare(self, tr: Any, rows: list[Any]) -> None:
         from .judging import insignificant, unlike_rows, unmatched
@@ -460,11 +468,9 @@ class S2STSession:
         lines = render_compare(rows, compared) if compared else []
         if lines:
             tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
-            for line in lines:
-                tr.write_line(line)
             notes = [f"note: {note}" for note in insignificant(rows, compared, self.option("compare_fail") or ())]
-            for line in wrap([compare_legend(statistic_names(rows, "s"))] + notes + unlike_rows(rows, compared)):
-                tr.write_line(line)
+            self._write_table(tr, "compare", lines + wrap([compare_legend(statistic_names(rows, "s"))] + notes
+                                                          + unlike_rows(rows, compared)))
         if self.config.getoption("benchmark_compare", None):
             missing = unmatched(rows, compared)
             if missing:
@@ -479,31 +485,29 @@ class S2STSession:
         import psutil
 
         cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-        on_cpu = sum(1 for _, _, m, _ in self.records() if (m.get("device") or {}).get("name") == "cpu")
+        on_cpu = sum(1 for r in self.records() if (r.measurement.get("device") or {}).get("name") == "cpu")
         if self.workers <= cores or not on_cpu or self.option("processes"):  # --s2st-processes: they take turns
             return None
         return (f"{self.workers} xdist workers on {cores} physical core(s) timed {on_cpu} cpu benchmark(s): "
                 f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")
 
     def _display_service(self, tr: Any) -> None:
+        from .report import wrap
         from .report_service import render_service_table
 
         tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
-        for line in render_service_table(self.service_results):
-            tr.write_line(line)
+        lines = render_service_table(self.service_results)
         for name, data in self.service_results:
             gate = data.get("gate")
             if gate:
                 speedup = ", ".join(f"{k} {v:.3f}x" for k, v in sorted((gate.get("speedup") or {}).items()))
                 metric = data.get("policy", {}).get("speed_metric", "rtf")
-                tr.write_line(gate_line(name, gate, data.get("baseline_dir"), metric, speedup))
+                lines.append(gate_line(name, gate, data.get("baseline_dir"), metric, speedup))
         if self.benchmark_rows_left_out:
-            from .report import wrap
-
-            for line in wrap([f"pytest-benchmark's table leaves these {self.benchmark_rows_left_out} level(s) out: "
-                              "each is one round of its whole wall time there; its saved JSON keeps them"]):
-                tr.write_line(line)
-        tr.write_line(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
+            lines += wrap([f"pytest-benchmark's table leaves these {self.benchmark_rows_left_out} level(s) out: "
+                           "each is one round of its whole wall time there; its saved JSON keeps them"])
+        lines.append(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
+        self._write_table(tr, "service", lines)
 
 
 def gate_line(name: str, gate: Mapping[str, Any], baseline_dir: str | None, metric: str, speedup: str) -> str:
