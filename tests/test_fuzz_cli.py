@@ -135,12 +135,11 @@ def _loopback(host: str) -> bool:
 
 
 def _device_ok(value: str) -> bool:
-    from pytest_s2st.errors import S2STError
-    from pytest_s2st.measure.device import _parse
+    from pytest_s2st.measure.device import parse_device
 
     try:
-        _parse(value)
-    except S2STError:
+        parse_device(value)
+    except ValueError:
         return False
     return True
 

@@ -23,6 +23,7 @@ from typing import Any
 from ..assets import sha256_file
 from ..errors import S2STError
 from ..inputs import show
+from ..measure.device import CHOICES, parse_device
 from ..service.stream import MAX_FRAMES
 from .args import OneLineParser, float_in, int_in, path_arg, refuse
 
@@ -72,13 +73,10 @@ def _threads(asked: int | None) -> dict[str, Any]:
 
 def _device(value: str) -> str:
     """--device: checked while parsing (the demo tone ignores it, a case resolves it later)."""
-    from ..measure.device import CHOICES, _parse
-
     try:
-        _parse(value)
-    except S2STError:
-        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': expected one of {', '.join(CHOICES)} "
-                                         "(cuda/npu may take :N)") from None
+        parse_device(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': {exc}") from None
     return value
 
 
@@ -107,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", nargs="+", metavar="NAME",
                    help="the model id(s) GET /v1/models lists and an OpenAI request's \"model\" may name, as "
                         "vLLM's flag (default: the case id, or demo-tone); another name is answered 404")
-    p.add_argument("--device", type=_device, help="cpu | cuda | npu | auto (default: the case's device setting)")
+    p.add_argument("--device", type=_device, help=f"{' | '.join(CHOICES)} (default: the case's device setting)")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), help="torch intra-op threads (default: the case's threads setting)")
     p.add_argument("--demo-delay-s", type=float_in(0.0, MAX_DELAY_S), default=0.0, help="--demo-tone: seconds of simulated model time")
     p.add_argument("--stream", action="store_true",

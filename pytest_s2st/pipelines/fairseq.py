@@ -24,6 +24,7 @@ import torch
 
 from ..errors import S2STError
 from ..assets import sha256_file
+from ..measure.device import backend_of
 from .fairseq_runtime import quiet_fairseq
 
 # stage role -> task family it must run (stage task and checkpoint task are both checked)
@@ -122,7 +123,7 @@ def stage_namespace(stage: dict, *, device: str, config_path: Path) -> Namespace
     d = vars(ns)
     d.update(stage)
     d["config"] = str(config_path)
-    d["cpu"] = device == "cpu" or not device.startswith("cuda")  # fairseq only knows cuda/cpu
+    d["cpu"] = not backend_of(device).fairseq  # a backend fairseq cannot place models on runs it on cpu
     return ns
 
 
