@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
-from .pipelines.base import check_stage_count, known_model_types, serves_speech
+from .pipelines.base import check_stage_count, known_model_types, serves_speech, text_fields
 from .settings import BY_NAME, SETTINGS, CompareLimit
 
 # upstream get_metrics.py names that mean one of our settings
@@ -213,7 +213,7 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     dataset = config.general.get("dataset_path")
     if dataset is None:
         return  # no dataset yet: s2st_dataset says so
-    count = dataset_count(dataset, settings["dataset_type"])
+    count = dataset_count(dataset, settings["dataset_type"], text_fields(config.model_type))
     size = settings.get("dataset_size")
     wanted = min(count, size) if count is not None and size else count
     if wanted is not None and len(lines) < wanted:

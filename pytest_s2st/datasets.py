@@ -26,7 +26,7 @@ import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -451,24 +451,24 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
     return samples
 
 
-def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
-    from .service.workload import load_workload  # the same validated format as service workloads
+def _load_text_dataset(path: Path, size: int | None, fields: Sequence[str] | None) -> list[dict]:
+    from .service.workload import REQUIRED_FIELDS, load_workload  # the same validated format as service workloads
 
     _check_size(size, path)
     lines = _text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all
     if sum(1 for line in lines if line.strip()) > LIMITS.samples:
         raise _over(_show(path), "items", f"more than {LIMITS.samples}", "samples")
     try:
-        items = load_workload(path)
+        items = load_workload(path, REQUIRED_FIELDS if fields is None else fields)
     except RecursionError:  # json.loads on deeply nested brackets
         raise S2STError(f"{_show(path)}: JSON nested too deeply") from None
     return items[:size] if size else items
 
 
-def dataset_count(path: str | os.PathLike, kind: str = "npy") -> int | None:
+def dataset_count(path: str | os.PathLike, kind: str = "npy", text_fields: Sequence[str] | None = None) -> int | None:
     """How many samples the dataset holds, read cheaply (an npy's header, a manifest's or jsonl's lines, each
     checked as its loader checks it): what a references file is checked against before any test runs. None
-    when the npy header does not tell (a 0-d object array holding a list)."""
+    when the npy header does not tell (a 0-d object array holding a list). ``text_fields``: as load_dataset."""
     path = Path(path)
     if kind == "npy":
         _regular_size(path, "dataset file", "npy_bytes")
@@ -481,7 +481,7 @@ def dataset_count(path: str | os.PathLike, kind: str = "npy") -> int | None:
     if kind == "raw":
         return len(_read_manifest(path)[1])
     if kind == "text":
-        return len(_load_text_dataset(path, None))
+        return len(_load_text_dataset(path, None, text_fields))
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
 
 
@@ -507,14 +507,17 @@ def inputs_from(inputs: Any, where: str) -> list:
     return out
 
 
-def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:
-    """Dispatch on dataset_type: 'npy', 'raw', or 'text' (jsonl of {id, text, language, voice, seed})."""
+def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000,
+                 text_fields: Sequence[str] | None = None) -> list[dict]:
+    """Dispatch on dataset_type: 'npy', 'raw', or 'text' (jsonl of {id, text, language?, voice?, seed?}).
+    ``text_fields``: the fields each text sample must have, the model type's (pipelines.base.text_fields);
+    None: all of the workload format's."""
     if kind == "npy":
         return load_npy_dataset(path, size)
     if kind == "raw":
         return load_raw_dataset(path, size, sample_rate)
     if kind == "text":
-        return _load_text_dataset(Path(path), size)
+        return _load_text_dataset(Path(path), size, text_fields)
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
 
 

@@ -168,8 +168,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def _no_speech_case(metafunc: pytest.Metafunc, cases: list[Any], needs_level: bool) -> None:
     """A service benchmark with no case that serves speech: one skipped item that says why."""
+    from .pipelines.base import speech_types
+
     reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
-              "add a TTS/Qwen3TTS/callable case or mark the test s2st_models(...)")
+              f"add a {'/'.join(speech_types())} case or mark the test s2st_models(...)")
     skip = pytest.mark.skip(reason=reason)
     if needs_level:
         metafunc.parametrize(["s2st_case", "s2st_concurrency"], [pytest.param(None, None, marks=skip)],
