@@ -149,7 +149,8 @@ def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if sample_keys or samples is not None:
-        from .datasets import load_npy_dataset, save_npy_dataset
+        from .dataset_make import save_npy_dataset
+        from .datasets import load_npy_dataset
 
         if samples is None:
             samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)

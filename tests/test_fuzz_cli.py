@@ -36,7 +36,7 @@ class Reached(BaseException):
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    from pytest_s2st.datasets import generate_random_dataset, save_npy_dataset
+    from pytest_s2st.dataset_make import generate_random_dataset, save_npy_dataset
 
     d = tmp_path_factory.mktemp("cli")
     (d / "file").write_text("x")
