@@ -292,7 +292,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the config's, else all)", metavar="N"),
     Setting("repeat", bounded_int(MAX_ROUNDS), 1, f"timed runs per sample (runtime is their {RUNTIME_STATISTIC})", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
-    Setting("device", device_name, "cpu", f"device to run on: {DEVICE_CHOICES} (:N pins one; under xdist worker gwK takes K mod the count)"),
+    Setting("device", device_name, "cpu", f"device to run on: {DEVICE_CHOICES}; :N pins one, under xdist worker gwK takes K mod the count"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
     Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
     Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi (hardware counters), off"),

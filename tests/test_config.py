@@ -360,7 +360,7 @@ def test_model_type_declared_path_keys_resolved(tmp_path, monkeypatch):
     assert load_config(write(sub, text % "callable"), known_model_types=known).stages[0]["hubert_km_path"] == "../km.npy"
     ext = load_config(write(sub, text % "Ext"), known_model_types=known).stages[0]
     assert ext["weights"] == str(sub / "w.bin") and ext["hubert_km_path"] == "../km.npy"
-    assert base.path_keys("Ext") == frozenset({"weights"}) and base.path_keys("nope") == frozenset()
+    assert base.model_type_info("Ext").path_keys == ("weights",) and base.model_type_info("nope").path_keys == ()
 
 
 def test_override_model_type_picks_its_path_keys(tmp_path, monkeypatch):

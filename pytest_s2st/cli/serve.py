@@ -24,7 +24,8 @@ from ..assets import sha256_file
 from ..errors import S2STError
 from ..inputs import show
 from ..measure.device import CHOICES, parse_device
-from ..pipelines.base import one_of, speech_types, streaming_types
+from ..pipelines.base import (build_pipeline, declares_serves_speech, one_of, speech_types, stream_refusal,
+                              streaming_types)
 from ..service.stream import MAX_FRAMES
 from .args import OneLineParser, float_in, int_in, path_arg, refuse
 
@@ -161,7 +162,6 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
 
     from ..cases import settings_to_json
     from ..measure.device import resolve_device
-    from ..pipelines.base import build_pipeline, declares_serves_speech, no_stream_reason as type_no_stream_reason
 
     case = _load_case(args)
     cfg = case.config
@@ -172,8 +172,8 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
         raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a {one_of(speech_types())} case")
     streaming = stream_options(args.stream, args.stream_chunk_frames, args.stream_left_context, cfg.serve,
                                str(cfg.path))
-    if streaming is not None and type_no_stream_reason(cfg.model_type):  # refused before any model loads
-        raise S2STError(f"{cfg.path}: --stream / serve.stream: {type_no_stream_reason(cfg.model_type)}")
+    if streaming is not None and stream_refusal(cfg.model_type):  # refused before any model loads
+        raise S2STError(f"{cfg.path}: --stream / serve.stream: {stream_refusal(cfg.model_type)}")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")
     pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path,
                               config_lines=cfg.lines)

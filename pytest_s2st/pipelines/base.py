@@ -83,24 +83,24 @@ class ModelType:
     entry_keys: tuple[str, ...] = ()
 
 
-FAIRSEQ = ModelType("pytest_s2st.pipelines.fairseq:build", False,
+_FAIRSEQ = ModelType("pytest_s2st.pipelines.fairseq:build", False,
                     ("data", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path"), (1, 1),
                     text_fields=("id", "text"), ensemble_keys=("path",))
 _FAIRSEQ_TTS_NO_STREAM = ("fairseq's TTS vocoders run once on the whole spectrogram the decoder returns; no chunked "
                           "decoder is wired")
 
 # ONE table: the registry and what each type can do (serves speech, streams, the text fields it needs,
-# its path keys and stage counts)
+# its path keys and stage counts); a new model family is one row here and its pipeline module
 MODEL_TYPES: dict[str, ModelType] = {
     "callable": ModelType("pytest_s2st.pipelines.callable:build", entry_keys=("entry",)),
-    "S2T": FAIRSEQ,
-    "MT": FAIRSEQ,
-    "TTS": replace(FAIRSEQ, serves_speech=True, no_stream_reason=_FAIRSEQ_TTS_NO_STREAM),
-    "S2S": FAIRSEQ,
-    "S2UT": replace(FAIRSEQ, stages=(1, 2)),  # units, then an optional unit vocoder
-    "2StageS2ST": replace(FAIRSEQ, stages=(2, 2)),
-    "3StageS2ST": replace(FAIRSEQ, stages=(3, 3)),
-    "HubertUnits": replace(FAIRSEQ, stages=(1, 2)),
+    "S2T": _FAIRSEQ,
+    "MT": _FAIRSEQ,
+    "TTS": replace(_FAIRSEQ, serves_speech=True, no_stream_reason=_FAIRSEQ_TTS_NO_STREAM),
+    "S2S": _FAIRSEQ,
+    "S2UT": replace(_FAIRSEQ, stages=(1, 2)),  # units, then an optional unit vocoder
+    "2StageS2ST": replace(_FAIRSEQ, stages=(2, 2)),
+    "3StageS2ST": replace(_FAIRSEQ, stages=(3, 3)),
+    "HubertUnits": replace(_FAIRSEQ, stages=(1, 2)),
     "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("manifest",), (1, 1), streaming=True),
 }
 
@@ -111,11 +111,6 @@ _UNKNOWN = ModelType("")  # what an unknown type declares: nothing
 def model_type_info(model_type: str) -> ModelType:
     """The registry's row of a model type; an unknown type gets the defaults (no extra keys)."""
     return MODEL_TYPES.get(model_type, _UNKNOWN)
-
-
-def path_keys(model_type: str) -> frozenset[str]:
-    """The extra path keys a model type declared; none for an unknown type."""
-    return frozenset(model_type_info(model_type).path_keys)
 
 
 def serves_speech(model_type: str, declared: bool | None = None) -> bool:
@@ -136,7 +131,7 @@ def text_fields(model_type: str) -> tuple[str, ...]:
     return model_type_info(model_type).text_fields
 
 
-def no_stream_reason(model_type: str) -> str | None:
+def stream_refusal(model_type: str) -> str | None:
     """None when the type streams, else the one line that says why not (known before any model loads)."""
     row = model_type_info(model_type)
     if row.streaming:
