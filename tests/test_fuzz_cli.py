@@ -53,7 +53,7 @@ def tripwires(scratch):
     mp = pytest.MonkeyPatch()
     for target in ("pytest_s2st.service.server.run_server", "pytest_s2st.pipelines.base.build_pipeline",
                    "pytest_s2st.tiny.fairseq_tiny.stage_all", "pytest_s2st.tiny.fairseq_full.stage_full",
-                   "pytest_s2st.datasets.generate_random_dataset", "pytest_s2st.cli.dataset.write_dataset"):
+                   "pytest_s2st.dataset_make.generate_random_dataset", "pytest_s2st.cli.dataset.write_dataset"):
         mp.setattr(target, trip)
     yield
     mp.undo()

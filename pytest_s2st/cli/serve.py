@@ -24,8 +24,7 @@ from ..assets import sha256_file
 from ..errors import S2STError
 from ..inputs import show
 from ..measure.device import CHOICES, parse_device
-from ..pipelines.base import (build_pipeline, declares_serves_speech, one_of, speech_types, stream_refusal,
-                              streaming_types)
+from ..pipelines.base import declares_serves_speech, one_of, speech_types, stream_refusal, streaming_types
 from ..service.stream import MAX_FRAMES
 from .args import OneLineParser, float_in, int_in, path_arg, refuse
 
@@ -162,6 +161,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
 
     from ..cases import settings_to_json
     from ..measure.device import resolve_device
+    from ..pipelines.base import build_pipeline  # looked up when called: the CLI fuzz tests trip on it
 
     case = _load_case(args)
     cfg = case.config
