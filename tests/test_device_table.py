@@ -53,7 +53,7 @@ def test_an_index_is_taken_exactly_where_the_row_says(name, capsys):
         assert worker_device(name, 3, lambda asked: 2) == name
 
 
-@pytest.mark.parametrize("asked", ["tpu", "cuda:x", "cuda:²", "auto:0", ""])
+@pytest.mark.parametrize("asked", ["tpu", "cuda:x", "cuda:²", "cuda:", "auto:0", ""])
 def test_an_unknown_device_is_one_line_naming_the_choices(asked, capsys):
     with pytest.raises(ValueError) as settings_err:
         device_name(asked)

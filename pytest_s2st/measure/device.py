@@ -184,12 +184,12 @@ CHOICES_TEXT = f"{', '.join(CHOICES)} ({_INDEXED} may take :N)"  # the one line 
 
 def parse_device(asked: Any) -> tuple[str, int | None]:
     """'cuda:1' -> ('cuda', 1), ' CPU ' -> ('cpu', None); ValueError(expected one of ...) for anything else."""
-    kind, _, idx = str(asked).strip().lower().partition(":")
+    kind, sep, idx = str(asked).strip().lower().partition(":")
     backend = BACKENDS.get(kind)
-    if (backend is None and kind != AUTO) or (idx and (backend is None or not backend.indexed
+    if (backend is None and kind != AUTO) or (sep and (backend is None or not backend.indexed
                                                       or not idx.isdecimal())):  # "²" is a digit int() refuses
         raise ValueError(f"expected one of {CHOICES_TEXT}")
-    return kind, int(idx) if idx else None
+    return kind, int(idx) if sep else None
 
 
 def backend_of(device: str) -> Backend:
