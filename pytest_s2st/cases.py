@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
-from .pipelines.base import check_stage_count, known_model_types, serves_speech
+from .pipelines.base import check_stage_count, known_model_types, serves_speech, text_fields
 from .settings import BY_NAME, SETTINGS, CompareLimit
 
 # upstream get_metrics.py names that mean one of our settings
@@ -67,6 +67,18 @@ class Case:
 
             self._device = resolve_device(self.settings["device"])
         return self._device
+
+    def samples(self, where: str) -> list[dict]:
+        """The case's dataset (npy, raw or text: a text sample needs only the fields its model type reads),
+        dataset_size applied; ``where`` names the config section that asked, for the no-dataset line."""
+        from .datasets import load_dataset
+
+        general = self.config.general
+        if general.get("dataset_path") is None:
+            raise S2STError(f"{where}: no dataset: set general.dataset_path or --s2st-dataset-path")
+        return load_dataset(general["dataset_path"], self.settings["dataset_type"], self.settings["dataset_size"],
+                            sample_rate=int(general.get("sample_rate", 16000)),
+                            text_fields=text_fields(self.model_type))
 
 
 def _jsonable(value: Any) -> Any:
@@ -213,7 +225,7 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     dataset = config.general.get("dataset_path")
     if dataset is None:
         return  # no dataset yet: s2st_dataset says so
-    count = dataset_count(dataset, settings["dataset_type"])
+    count = dataset_count(dataset, settings["dataset_type"], text_fields(config.model_type))
     size = settings.get("dataset_size")
     wanted = min(count, size) if count is not None and size else count
     if wanted is not None and len(lines) < wanted:

@@ -138,19 +138,19 @@ def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys
     a FastSpeech2 sample and its own npy format lacks). samples: written as its dataset instead of the config's own."""
     import yaml
 
-    from .config import PATH_KEYS, _resolve_paths
-    from .pipelines.base import path_keys
+    from .config import resolve_paths
 
     config = Path(config).resolve()
     doc = yaml.safe_load(config.read_text()) or {}
-    keys = PATH_KEYS | path_keys((doc.get("general") or {}).get("model_type", ""))
-    doc = {name: _resolve_paths(section, config.parent, keys) if isinstance(section, dict) else section
+    model_type = (doc.get("general") or {}).get("model_type", "")
+    doc = {name: resolve_paths(section, config.parent, model_type) if isinstance(section, dict) else section
            for name, section in doc.items()}
     doc["general"]["dataset_size"] = dataset_size
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if sample_keys or samples is not None:
-        from .datasets import load_npy_dataset, save_npy_dataset
+        from .dataset_make import save_npy_dataset
+        from .datasets import load_npy_dataset
 
         if samples is None:
             samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from .errors import S2STError
-from .pipelines.base import path_keys
+from .pipelines.base import model_type_info
 
 SECTIONS = ("general", "stage1", "stage2", "stage3", "quality", "serve")
 STAGE_SECTIONS = ("stage1", "stage2", "stage3")
@@ -35,8 +35,6 @@ PATH_KEYS = frozenset({
 })
 # fairseq's --vocoder is either a vocoder kind (TTS stages) or a checkpoint path (S2UT stage 2)
 VOCODER_KINDS = frozenset({"griffin_lim", "hifigan", "code_hifigan"})
-ENSEMBLE_PATH_KEY = "path"  # fairseq: several checkpoints joined by ':'
-ENTRY_KEY = "entry"  # "some/file.py:attr" (file part resolved) or "pkg.module:attr" (left alone)
 QUALITY_PATH_KEYS = ("baseline", "anchors", "asr_model_dir")  # gate.PLUGIN_KEYS that name files
 TARGET_KEYS = frozenset({"ttfa_s", "rtf"})
 
@@ -182,18 +180,22 @@ def _resolve_one(p: str, base: Path) -> str:
     return os.path.abspath(os.path.join(base, os.path.expanduser(p)))
 
 
-def _resolve_paths(section: dict[str, Any], base: Path, keys: frozenset[str]) -> dict[str, Any]:
+def resolve_paths(section: dict[str, Any], base: Path, model_type: str) -> dict[str, Any]:
+    """The section with its file values made absolute against ``base``: the generic PATH_KEYS and the model
+    type's path keys; its ensemble keys as ':'-joined files; its entry keys' file part of "file.py:attr"."""
+    row = model_type_info(model_type)
+    keys = PATH_KEYS | frozenset(row.path_keys)
     out = dict(section)
     for key, value in section.items():
         if not isinstance(value, str) or not value:
             continue
         if key == "vocoder" and value in VOCODER_KINDS:
             continue
-        if key == ENSEMBLE_PATH_KEY:
+        if key in row.ensemble_keys:
             out[key] = value if "://" in value else ":".join(_resolve_one(p, base) for p in value.split(":"))
         elif key in keys:
             out[key] = _resolve_one(value, base)
-        elif key == ENTRY_KEY:
+        elif key in row.entry_keys:
             m = _ENTRY_FILE.match(value)
             if m:
                 out[key] = f"{_resolve_one(m.group(1), base)}:{m.group(2)}"
@@ -325,9 +327,8 @@ def _merge_general(data: dict, path: Path, lines: dict[str, int], overrides: Map
     for key in given:  # the YAML line no longer describes an overridden value
         lines.pop(f"general.{key}", None)
     model_type = _check_general({**kept, **given}, path, lines, known)
-    keys = PATH_KEYS | path_keys(model_type)
-    general = _resolve_paths(kept, path.parent, keys)
-    general.update(_resolve_paths(given, Path.cwd(), keys))
+    general = resolve_paths(kept, path.parent, model_type)
+    general.update(resolve_paths(given, Path.cwd(), model_type))
     return model_type, general
 
 
@@ -349,14 +350,13 @@ def load_config(
     data, lines = _read_yaml(path)
     _check_sections(data, path, lines)
     model_type, general = _merge_general(data, path, lines, overrides, sorted(known_model_types))
-    keys = PATH_KEYS | path_keys(model_type)
 
     stages: list[dict[str, Any]] = []
     for name in STAGE_SECTIONS:  # upstream: stop at the first missing stage
         if name not in data:
             break
         stage = copy.deepcopy(general)
-        stage.update(_resolve_paths(_expand_env(data[name], name, path, lines), path.parent, keys))
+        stage.update(resolve_paths(_expand_env(data[name], name, path, lines), path.parent, model_type))
         stages.append(stage)
 
     name = general.get("name")

@@ -1,9 +1,9 @@
-"""Benchmark datasets: the upstream fairseq npy and raw (wav2vec2 tsv) formats, random
-generation, subsets and stats (upstream ``data_utils.py``).
+"""Reading benchmark datasets: the upstream fairseq npy and raw (wav2vec2 tsv) formats and text jsonl,
+each checked (writing, random generation, subsets and stats: dataset_make.py).
 
 A sample is ``{"id": ..., "net_input": {"src_tokens": array|tensor, "src_lengths": array|tensor}}``;
 one without an id (upstream's generate_random_dataset writes none) gets its index as id.
-Upstream files hold torch tensors: ``save_npy_dataset(..., torch_tensors=True)`` writes them so.
+Upstream files hold torch tensors: ``dataset_make.save_npy_dataset(..., torch_tensors=True)`` writes them so.
 Reading an npy dataset never executes pickled code: object arrays go through a restricted
 unpickler (safe_unpickle.py) whose allow-list only rebuilds containers, numbers, strings,
 numpy arrays and CPU torch tensors; this module bounds what it is given (header, size, opcodes). What the loaders read from outside is bounded by ``LIMITS``;
@@ -11,22 +11,18 @@ a crossed bound, like any bad input, is one S2STError line.
 """
 from __future__ import annotations
 
-import collections
-import copyreg
 import io
 import itertools
 import math
 import os
-import pickle
 import pickletools
-import random
 import re
 import stat
 import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -102,7 +98,7 @@ def _regular_size(path: Path, what: str, field: str) -> int:
     return st.st_size
 
 
-def _text_lines(path: Path, what: str, encoding: str) -> list[str]:
+def text_lines(path: Path, what: str, encoding: str) -> list[str]:
     """The lines of a bounded text file (size and each line's length)."""
     _regular_size(path, what, "text_bytes")
     try:
@@ -277,7 +273,7 @@ REFERENCE_KEY = "tgt_text"  # a sample's reference translation (quality/translat
 TOKENS_KEY = "target"  # or its target tokens (fairseq's collaters' name), decoded by the pipeline's dictionary
 
 
-def _reference_problem(text: Any) -> str | None:
+def reference_problem(text: Any) -> str | None:
     """A reference translation is one line of valid Unicode text within LIMITS.line_chars."""
     if not isinstance(text, str):
         return f"is a {type(text).__name__}, expected a string (the reference translation)"
@@ -314,7 +310,7 @@ def _check_samples(samples: list, path: Path) -> list[dict]:
             if problem:
                 raise S2STError(f"{path}: sample {i} net_input.{key} {problem}")
         if REFERENCE_KEY in s:
-            problem = _reference_problem(s[REFERENCE_KEY])
+            problem = reference_problem(s[REFERENCE_KEY])
             if problem:
                 raise S2STError(f"{path}: sample {i} {REFERENCE_KEY} {problem}")
         if TOKENS_KEY in s:  # the reference as target tokens (fairseq S2T / MT data): integers, one sequence
@@ -359,7 +355,7 @@ def _read_manifest(path: Path) -> tuple[Path, list[tuple[int, str, str | None]]]
     """(audio root, [(line number, relative path, reference or None)]) of a wav2vec2 tsv, each line checked
     as fairseq's FileAudioDataset reads it: two tab-separated columns, an integer frame count; plus an
     optional third column, the entry's reference translation (which fairseq's own reader refuses)."""
-    lines = _text_lines(path, "dataset manifest", "utf-8")
+    lines = text_lines(path, "dataset manifest", "utf-8")
     if not lines[0].strip():
         raise S2STError(f"{_show(path)}:1: first line must be the audio root directory")
     try:
@@ -451,24 +447,24 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
     return samples
 
 
-def _load_text_dataset(path: Path, size: int | None) -> list[dict]:
-    from .service.workload import load_workload  # the same validated format as service workloads
+def _load_text_dataset(path: Path, size: int | None, fields: Sequence[str] | None) -> list[dict]:
+    from .service.workload import REQUIRED_FIELDS, load_workload  # the same validated format as service workloads
 
     _check_size(size, path)
-    lines = _text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all
+    lines = text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all
     if sum(1 for line in lines if line.strip()) > LIMITS.samples:
         raise _over(_show(path), "items", f"more than {LIMITS.samples}", "samples")
     try:
-        items = load_workload(path)
+        items = load_workload(path, REQUIRED_FIELDS if fields is None else fields)
     except RecursionError:  # json.loads on deeply nested brackets
         raise S2STError(f"{_show(path)}: JSON nested too deeply") from None
     return items[:size] if size else items
 
 
-def dataset_count(path: str | os.PathLike, kind: str = "npy") -> int | None:
+def dataset_count(path: str | os.PathLike, kind: str = "npy", text_fields: Sequence[str] | None = None) -> int | None:
     """How many samples the dataset holds, read cheaply (an npy's header, a manifest's or jsonl's lines, each
     checked as its loader checks it): what a references file is checked against before any test runs. None
-    when the npy header does not tell (a 0-d object array holding a list)."""
+    when the npy header does not tell (a 0-d object array holding a list). ``text_fields``: as load_dataset."""
     path = Path(path)
     if kind == "npy":
         _regular_size(path, "dataset file", "npy_bytes")
@@ -481,7 +477,7 @@ def dataset_count(path: str | os.PathLike, kind: str = "npy") -> int | None:
     if kind == "raw":
         return len(_read_manifest(path)[1])
     if kind == "text":
-        return len(_load_text_dataset(path, None))
+        return len(_load_text_dataset(path, None, text_fields))
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
 
 
@@ -497,9 +493,9 @@ def inputs_from(inputs: Any, where: str) -> list:
     try:
         out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
     except (Exception, SystemExit) as exc:  # the user's generator raised: one line naming their file:line
-        from .pipelines.callable import _raised
+        from .pipelines.callable import raised
 
-        raise S2STError(f"{where}: reading the inputs raised {_raised(exc)}") from None
+        raise S2STError(f"{where}: reading the inputs raised {raised(exc)}") from None
     if len(out) > LIMITS.samples:
         raise _over(where, "inputs", f"more than {LIMITS.samples}", "samples")
     if not out:
@@ -507,141 +503,15 @@ def inputs_from(inputs: Any, where: str) -> list:
     return out
 
 
-def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000) -> list[dict]:
-    """Dispatch on dataset_type: 'npy', 'raw', or 'text' (jsonl of {id, text, language, voice, seed})."""
+def load_dataset(path: str | os.PathLike, kind: str = "npy", size: int | None = None, sample_rate: int = 16000,
+                 text_fields: Sequence[str] | None = None) -> list[dict]:
+    """Dispatch on dataset_type: 'npy', 'raw', or 'text' (jsonl of {id, text, language?, voice?, seed?}).
+    ``text_fields``: the fields each text sample must have, the model type's (pipelines.base.text_fields);
+    None: all of the workload format's."""
     if kind == "npy":
         return load_npy_dataset(path, size)
     if kind == "raw":
         return load_raw_dataset(path, size, sample_rate)
     if kind == "text":
-        return _load_text_dataset(Path(path), size)
+        return _load_text_dataset(Path(path), size, text_fields)
     raise S2STError(f"unknown dataset_type {kind!r} for {path}; known: {', '.join(DATASET_KINDS)}")
-
-
-# ---------------------------------------------------------------- writing
-
-
-class _StorageBytes:
-    """A tensor's storage as torch.storage._load_from_bytes reads it back, in torch's zip format:
-    pickling a storage the default way writes its memory address, so bytes would differ per run."""
-
-    def __init__(self, t: Any) -> None:
-        import torch
-
-        buf = io.BytesIO()
-        storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
-        try:
-            torch.save(storage, buf)
-        except KeyError:  # uint16/32/64: no legacy storage type, so neither np.load nor we could read it
-            raise S2STError(f"cannot write a {t.dtype} tensor in the upstream npy format") from None
-        self.data = buf.getvalue()
-
-    def __reduce__(self):
-        import torch
-
-        return (torch.storage._load_from_bytes, (self.data,))
-
-
-def _reduce_tensor(t: Any):
-    import torch
-
-    t = t.detach().clone(memory_format=torch.contiguous_format)  # own storage, offset 0
-    return (torch._utils._rebuild_tensor_v2,
-            (_StorageBytes(t), 0, tuple(t.size()), t.stride(), False, collections.OrderedDict()))
-
-
-def _with_torch_tensors(samples: list[dict]) -> list[dict]:
-    try:
-        import torch
-    except ImportError:
-        raise S2STError("writing torch tensors needs torch (pip install torch)") from None
-    return [{**s, "net_input": {k: torch.tensor(v) if isinstance(v, np.ndarray) else v
-                                for k, v in s["net_input"].items()}} for s in samples]
-
-
-def save_npy_dataset(samples: list[dict], path: str | os.PathLike, *, torch_tensors: bool = False) -> Path:
-    """np.save of an object array of samples (the upstream layout). Returns the written path.
-
-    ``torch_tensors``: numpy arrays in net_input become torch tensors, as upstream data_utils
-    writes them and get_metrics.py feeds them to models (``src_tokens.size()``). Tensors are
-    pickled as torch pickles them, but reproducibly: the same samples always give the same bytes.
-    Both np.load(allow_pickle=True) and load_npy_dataset read the file back.
-    """
-    path = Path(path)
-    if path.suffix != ".npy":  # np.save would append it
-        path = path.with_name(path.name + ".npy")
-    if torch_tensors:
-        samples = _with_torch_tensors(samples)
-    array = np.empty(len(samples), dtype=object)
-    for i, sample in enumerate(samples):  # one by one: a slice assignment would broadcast nested lists
-        array[i] = sample
-    with open(path, "wb") as f:
-        try:
-            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
-            pickler = pickle.Pickler(f, protocol=4)  # np.save's protocol
-            torch = sys.modules.get("torch")
-            if torch is not None:
-                pickler.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _reduce_tensor}
-            pickler.dump(array)
-        except BaseException:  # no half-written dataset left behind
-            path.unlink(missing_ok=True)
-            raise
-    return path
-
-
-# ---------------------------------------------------------------- generation, subsets
-
-
-def generate_random_dataset(
-    n: int, feat_dim: int = 80, min_len: int = 50, max_len: int = 200, seed: int = 1
-) -> list[dict]:
-    """Random filterbank-like samples as upstream generate_random_data_sample (B = 1):
-    src_tokens float32 (1, T, feat_dim), src_lengths np.array([T]), T in [min_len, max_len]."""
-    if n <= 0 or feat_dim <= 0 or min_len <= 0 or max_len < min_len:
-        raise S2STError(
-            f"generate_random_dataset: need n > 0, feat_dim > 0, 0 < min_len <= max_len; "
-            f"got n={n}, feat_dim={feat_dim}, min_len={min_len}, max_len={max_len}"
-        )
-    rng = np.random.default_rng(seed)
-    samples = []
-    for i in range(n):
-        t = int(rng.integers(min_len, max_len + 1))
-        tokens = rng.standard_normal((1, t, feat_dim), dtype=np.float32)
-        samples.append({"id": i, "net_input": {"src_tokens": tokens, "src_lengths": np.array([t])}})
-    return samples
-
-
-def _length(sample: dict) -> int:
-    return int(np.asarray(sample["net_input"]["src_lengths"]).reshape(-1)[0])
-
-
-def dataset_stats(samples: list[dict]) -> dict[str, Any]:
-    """{"n", "max_len", "min_len", "avg_len"} from src_lengths (upstream get_dataset_stats)."""
-    if not samples:
-        raise S2STError("dataset_stats: dataset is empty")
-    lengths = [_length(s) for s in samples]
-    return {"n": len(lengths), "max_len": max(lengths), "min_len": min(lengths), "avg_len": sum(lengths) / len(lengths)}
-
-
-def _id_matches(sample_id: Any, ref_ids: set) -> bool:
-    # upstream load_dataset_task also matches ids with a 5-char split prefix ("test_", "dev_x")
-    if sample_id in ref_ids:
-        return True
-    return isinstance(sample_id, str) and (sample_id[5:] in ref_ids or f"dev_{sample_id}" in ref_ids)
-
-
-def make_subsets(samples: list[dict], n: int = 500, seed: int = 1, ref_ids: set | None = None) -> dict[str, list]:
-    """Upstream data_utils subsets: {"random", "short", "long"}, n samples each (fewer if the
-    dataset is smaller). Unlike upstream, "random" draws without replacement (no duplicates).
-    ``ref_ids`` first keeps only samples whose id is in it (upstream --ref-dataset)."""
-    if n <= 0:
-        raise S2STError(f"make_subsets: n must be positive, got {n}")
-    if ref_ids is not None:
-        samples = [s for s in samples if _id_matches(s["id"], ref_ids)]
-    k = min(n, len(samples))
-    by_len = sorted(samples, key=_length)  # stable: ties keep dataset order
-    return {
-        "random": random.Random(seed).sample(samples, k),
-        "short": by_len[:k],
-        "long": sorted(samples, key=_length, reverse=True)[:k],
-    }

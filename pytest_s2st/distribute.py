@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .errors import S2STError
+from .measure.device import BACKENDS
 
 T = TypeVar("T")
 
@@ -53,26 +54,24 @@ def worker_index(worker_id: str | None) -> int | None:
 
 
 def worker_device(asked: str, index: int | None, count: Callable[[str], int]) -> str:
-    """The device one worker uses: 'cuda'/'npu' without an index -> '<kind>:<index mod count>'.
+    """The device one worker uses: a backend that takes an index (measure.device.BACKENDS), asked without
+    one -> '<kind>:<index mod count>'.
 
     Anything else (cpu, auto, an explicit 'cuda:1', not a worker, no device visible) is kept as
     asked: resolving it later reports a missing device with its usual one line.
     """
-    if index is None or asked not in ("cuda", "npu"):
+    backend = BACKENDS.get(asked)
+    if index is None or backend is None or not backend.indexed:
         return asked
     visible = count(asked)
     return f"{asked}:{index % visible}" if visible > 0 else asked
 
 
 def accelerator_count(kind: str) -> int:
-    """How many cuda/npu devices torch sees (0 when it cannot tell); imports torch (and torch_npu)."""
+    """How many devices of an indexed backend torch sees (0 when it cannot tell); imports torch (and the
+    backend's own module, torch_npu)."""
     try:
-        if kind == "npu":
-            from .measure.device import _load_torch_npu
-
-            torch = _load_torch_npu()
-        else:
-            import torch
+        torch = BACKENDS[kind].device.load_torch()
         return int(getattr(torch, kind).device_count())
     except BaseException as exc:  # noqa: BLE001 -- a broken backend is reported when the device is resolved
         if isinstance(exc, KeyboardInterrupt):

@@ -96,7 +96,7 @@ REFERENCES_SOURCE = "s2st_benchmark(references=)"
 def given_references(references: Any, count: int, where: str) -> list[str]:
     """``s2st_benchmark(fn, inputs, references=[...])``: one reference translation per input, in input order
     (a string each, one line); one S2STError line otherwise."""
-    from .datasets import _reference_problem
+    from .datasets import reference_problem
     from .inputs import show
 
     if isinstance(references, (str, bytes)) or not isinstance(references, (list, tuple)):
@@ -106,7 +106,7 @@ def given_references(references: Any, count: int, where: str) -> list[str]:
         raise S2STError(f"{where}: references= has {len(references)} item(s) for {count} input(s): one reference "
                         "translation per input, in input order")
     for i, reference in enumerate(references):
-        problem = _reference_problem(reference)
+        problem = reference_problem(reference)
         if problem:
             raise S2STError(f"{where}: references[{i}] {problem}")
     return [r.strip() for r in references]

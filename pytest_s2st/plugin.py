@@ -179,8 +179,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def _no_speech_case(metafunc: pytest.Metafunc, cases: list[Any], needs_level: bool) -> None:
     """A service benchmark with no case that serves speech: one skipped item that says why."""
+    from .pipelines.base import speech_types
+
     reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
-              "add a TTS/Qwen3TTS/callable case or mark the test s2st_models(...)")
+              f"add a {'/'.join(speech_types())} case or mark the test s2st_models(...)")
     skip = pytest.mark.skip(reason=reason)
     if needs_level:
         metafunc.parametrize(["s2st_case", "s2st_concurrency"], [pytest.param(None, None, marks=skip)],
@@ -321,14 +323,8 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def s2st_dataset(s2st_case):
     """The case's samples (npy, raw or text), dataset_size applied (here, and only here)."""
-    from .datasets import load_dataset
-
-    path = s2st_case.config.general.get("dataset_path")
-    if path is None:
-        fail(f"{s2st_case.config.path}: no dataset: set general.dataset_path or --s2st-dataset-path")
     try:
-        return load_dataset(path, s2st_case.settings["dataset_type"], s2st_case.settings["dataset_size"],
-                            sample_rate=int(s2st_case.config.general.get("sample_rate", 16000)))
+        return s2st_case.samples(str(s2st_case.config.path))
     except S2STError as exc:
         fail(exc)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .inputs import show
+from .measure.device import CHOICES_TEXT as DEVICE_CHOICES, parse_device
 from .metrics import BY_NAME as METRICS, COMPARABLE as COMPARE_METRICS, HIGHER, LOWER  # the metric table
 from .quality.scored import score_fields
 from .runtime_stats import RUNTIME_STATISTIC
@@ -211,12 +212,12 @@ def bleu_tokenize(value: Any) -> str:
 
 
 def device_name(value: Any) -> str:
-    """auto | cpu | cuda | npu, or cuda:N / npu:N (one device of several)."""
-    out = str(value).strip().lower()
-    kind, sep, index = out.partition(":")
-    if kind in ("auto", "cpu", "cuda", "npu") and (not sep or kind in ("cuda", "npu") and index.isdigit()):
-        return out
-    raise ValueError(f"must be one of auto, cpu, cuda, npu (cuda and npu may take :N), got {value!r}")
+    """auto or a backend of measure.device.BACKENDS, with :N where it takes one (one device of several)."""
+    try:
+        parse_device(value)
+    except ValueError:
+        raise ValueError(f"must be one of {DEVICE_CHOICES}, got {value!r}") from None
+    return str(value).strip().lower()
 
 
 def shard_spec(value: Any) -> tuple[int, int]:
@@ -291,7 +292,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the config's, else all)", metavar="N"),
     Setting("repeat", bounded_int(MAX_ROUNDS), 1, f"timed runs per sample (runtime is their {RUNTIME_STATISTIC})", metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
-    Setting("device", device_name, "cpu", "device to run on: auto, cpu, cuda or npu (cuda:N / npu:N pins one; under xdist worker gwK takes K mod the count)"),
+    Setting("device", device_name, "cpu", f"device to run on: {DEVICE_CHOICES}; :N pins one, under xdist worker gwK takes K mod the count"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
     Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
     Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi (hardware counters), off"),

@@ -148,7 +148,8 @@ def test_derived_fastspeech2_config_runs_through_upstream(tmp_path):
 def test_derive_config_writes_given_samples_as_its_dataset(tmp_path):
     """derive_config(samples=...): those samples, not the config's own, are the copy's dataset (the parity benchmark's
     8 varied samples where the staged dataset has 3)."""
-    from pytest_s2st.datasets import generate_random_dataset, load_npy_dataset
+    from pytest_s2st.dataset_make import generate_random_dataset
+    from pytest_s2st.datasets import load_npy_dataset
     from pytest_s2st.tiny.fairseq_tiny import default_configs
 
     source = next(c for c in default_configs() if c.stem == "S2UT")

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from pytest_s2st.cli.dataset import main
-from pytest_s2st.datasets import dataset_stats, load_npy_dataset, save_npy_dataset
+from pytest_s2st.dataset_make import dataset_stats, save_npy_dataset
+from pytest_s2st.datasets import load_npy_dataset
 
 FEAT = 8
 # (id, frames): distinct lengths except one tie (utt3/utt7), in no particular order

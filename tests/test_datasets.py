@@ -10,6 +10,7 @@ import random
 import numpy as np
 import pytest
 
+from pytest_s2st import dataset_make as dm
 from pytest_s2st import datasets as ds
 from pytest_s2st.errors import S2STError
 
@@ -126,14 +127,14 @@ def test_upstream_torch_npy_round_trips(tmp_path):
         assert got["net_input"]["src_tokens"].dtype == want["net_input"]["src_tokens"].dtype
         assert torch.equal(got["net_input"]["src_tokens"], want["net_input"]["src_tokens"].detach())
         assert torch.equal(got["net_input"]["src_lengths"], want["net_input"]["src_lengths"])
-    assert ds.dataset_stats(loaded) == {"n": 3, "max_len": 7, "min_len": 5, "avg_len": 6.0}
+    assert dm.dataset_stats(loaded) == {"n": 3, "max_len": 7, "min_len": 5, "avg_len": 6.0}
 
 
 def test_numpy_only_npy_loads_with_size(tmp_path):
     samples = [np_sample(i, 3 + i) for i in range(5)]
     samples[2]["id"] = np.int64(2)
     samples[3]["net_input"]["src_tokens"] = np.arange(6, dtype=np.int64).reshape(1, 6)  # MT-style token ids
-    p = ds.save_npy_dataset(samples, tmp_path / "np")
+    p = dm.save_npy_dataset(samples, tmp_path / "np")
     assert p == tmp_path / "np.npy" and p.exists()
     loaded = ds.load_npy_dataset(p)
     assert len(loaded) == 5
@@ -156,7 +157,7 @@ def test_npy_header_version_2(tmp_path):
 
 
 def test_only_the_kept_samples_are_checked(tmp_path):
-    p = ds.save_npy_dataset([np_sample(0, 2), {"id": 1}], tmp_path / "half.npy")
+    p = dm.save_npy_dataset([np_sample(0, 2), {"id": 1}], tmp_path / "half.npy")
     assert len(ds.load_npy_dataset(p, size=1)) == 1
     assert raises_line(ds.load_npy_dataset, p) == f"{p}: sample 1 has no net_input; {ds.NPY_SCHEMA}"
 
@@ -193,20 +194,20 @@ def test_npy_file_level_errors(tmp_path):
     np.save(empty, np.empty(0, dtype=object), allow_pickle=True)
     assert raises_line(ds.load_npy_dataset, empty) == f"{empty}: dataset is empty"
     truncated = tmp_path / "trunc.npy"
-    good = ds.save_npy_dataset([np_sample(0, 50)], tmp_path / "good.npy").read_bytes()
+    good = dm.save_npy_dataset([np_sample(0, 50)], tmp_path / "good.npy").read_bytes()
     truncated.write_bytes(good[: len(good) // 2])
     assert raises_line(ds.load_npy_dataset, truncated).startswith(f"{truncated}: cannot unpickle npy contents")
 
 
 @pytest.mark.parametrize("size", [-1, True, 1.5, "3"])
 def test_bad_size(tmp_path, size):
-    p = ds.save_npy_dataset([np_sample(0, 2)], tmp_path / "s.npy")
+    p = dm.save_npy_dataset([np_sample(0, 2)], tmp_path / "s.npy")
     assert raises_line(ds.load_npy_dataset, p, size=size) == (
         f"{p}: dataset_size must be an integer >= 0 (0: all samples), got {size!r}")
 
 
 def test_size_zero_is_every_sample_as_upstream(tmp_path):
-    p = ds.save_npy_dataset([np_sample(0, 2), np_sample(1, 3), np_sample(2, 4)], tmp_path / "s.npy")
+    p = dm.save_npy_dataset([np_sample(0, 2), np_sample(1, 3), np_sample(2, 4)], tmp_path / "s.npy")
     assert len(ds.load_npy_dataset(p, size=0)) == 3 == len(ds.load_npy_dataset(p, size=None))
     assert len(ds.load_npy_dataset(p, size=2)) == 2
 
@@ -241,7 +242,7 @@ def test_raw_dataset(tmp_path):
     assert b["src_tokens"].shape == (1, 800)
     np.testing.assert_allclose(b["src_tokens"], -0.25, atol=1e-7)  # mean of the two channels
     assert [s["id"] for s in ds.load_dataset(tsv, "raw", size=1)] == [0]
-    assert ds.dataset_stats(samples) == {"n": 2, "max_len": 1600, "min_len": 800, "avg_len": 1200.0}
+    assert dm.dataset_stats(samples) == {"n": 2, "max_len": 1600, "min_len": 800, "avg_len": 1200.0}
 
 
 def test_raw_absolute_root(tmp_path):
@@ -281,7 +282,7 @@ def test_raw_errors(tmp_path):
 
 
 def test_generate_random_dataset_shapes():
-    samples = ds.generate_random_dataset(20, feat_dim=8, min_len=3, max_len=6, seed=4)
+    samples = dm.generate_random_dataset(20, feat_dim=8, min_len=3, max_len=6, seed=4)
     assert [s["id"] for s in samples] == list(range(20))
     lengths = set()
     for s in samples:
@@ -291,51 +292,51 @@ def test_generate_random_dataset_shapes():
         assert s["net_input"]["src_tokens"].shape == (1, t, 8)
         assert s["net_input"]["src_tokens"].dtype == np.float32
     assert len(lengths) > 1
-    stats = ds.dataset_stats(samples)
+    stats = dm.dataset_stats(samples)
     assert stats["n"] == 20 and stats["min_len"] == min(lengths) and stats["max_len"] == max(lengths)
 
 
 def test_generated_npy_is_deterministic(tmp_path):
-    a = ds.save_npy_dataset(ds.generate_random_dataset(5, seed=1), tmp_path / "a.npy")
-    b = ds.save_npy_dataset(ds.generate_random_dataset(5, seed=1), tmp_path / "b.npy")
-    c = ds.save_npy_dataset(ds.generate_random_dataset(5, seed=2), tmp_path / "c.npy")
+    a = dm.save_npy_dataset(dm.generate_random_dataset(5, seed=1), tmp_path / "a.npy")
+    b = dm.save_npy_dataset(dm.generate_random_dataset(5, seed=1), tmp_path / "b.npy")
+    c = dm.save_npy_dataset(dm.generate_random_dataset(5, seed=2), tmp_path / "c.npy")
     assert a.read_bytes() == b.read_bytes()
     assert a.read_bytes() != c.read_bytes()
     loaded = ds.load_npy_dataset(a)
-    for got, want in zip(loaded, ds.generate_random_dataset(5, seed=1)):
+    for got, want in zip(loaded, dm.generate_random_dataset(5, seed=1)):
         np.testing.assert_array_equal(got["net_input"]["src_tokens"], want["net_input"]["src_tokens"])
 
 
 @pytest.mark.parametrize("kw", [dict(n=0), dict(n=2, feat_dim=0), dict(n=2, min_len=10, max_len=5), dict(n=2, min_len=0)])
 def test_generate_bad_args(kw):
-    raises_line(ds.generate_random_dataset, **kw)
+    raises_line(dm.generate_random_dataset, **kw)
 
 
 def test_dataset_stats_empty():
-    assert raises_line(ds.dataset_stats, []) == "dataset_stats: dataset is empty"
+    assert raises_line(dm.dataset_stats, []) == "dataset_stats: dataset is empty"
 
 
 def test_make_subsets():
     samples = [np_sample(i, t, d=1) for i, t in enumerate([5, 1, 9, 3, 7, 2, 8])]
-    subsets = ds.make_subsets(samples, n=3, seed=7)
+    subsets = dm.make_subsets(samples, n=3, seed=7)
     lens = {k: [int(s["net_input"]["src_lengths"][0]) for s in v] for k, v in subsets.items()}
     assert lens["short"] == [1, 2, 3]
     assert lens["long"] == [9, 8, 7]
     rand_ids = [s["id"] for s in subsets["random"]]
     assert len(rand_ids) == 3 and len(set(rand_ids)) == 3
-    assert rand_ids == [s["id"] for s in ds.make_subsets(samples, n=3, seed=7)["random"]]
-    draws = {tuple(s["id"] for s in ds.make_subsets(samples, n=3, seed=k)["random"]) for k in range(10)}
+    assert rand_ids == [s["id"] for s in dm.make_subsets(samples, n=3, seed=7)["random"]]
+    draws = {tuple(s["id"] for s in dm.make_subsets(samples, n=3, seed=k)["random"]) for k in range(10)}
     assert len(draws) > 1  # the seed matters
-    everything = ds.make_subsets(samples, n=500)
+    everything = dm.make_subsets(samples, n=500)
     assert all(len(v) == 7 for v in everything.values())
-    assert raises_line(ds.make_subsets, samples, n=0) == "make_subsets: n must be positive, got 0"
+    assert raises_line(dm.make_subsets, samples, n=0) == "make_subsets: n must be positive, got 0"
 
 
 def test_make_subsets_ref_ids():
     samples = [np_sample(i, i + 1, d=1) for i in range(6)]
     for s, name in zip(samples, ["test_a", "test_b", "c", "d", "e", "f"]):
         s["id"] = name
-    subsets = ds.make_subsets(samples, n=10, ref_ids={"a", "dev_c", "e"})  # upstream id matching rules
+    subsets = dm.make_subsets(samples, n=10, ref_ids={"a", "dev_c", "e"})  # upstream id matching rules
     assert sorted(s["id"] for s in subsets["random"]) == ["c", "e", "test_a"]
     assert [s["id"] for s in subsets["short"]] == ["test_a", "c", "e"]
 
@@ -398,7 +399,7 @@ def test_upstream_random_dataset_without_ids_loads_with_index_ids(tmp_path):
             assert got["net_input"][key].dtype == want["net_input"][key].dtype
             assert torch.equal(got["net_input"][key], want["net_input"][key])
     lengths = [s["net_input"]["src_lengths"].item() for s in dataset]
-    assert ds.dataset_stats(loaded) == {"n": 6, "max_len": max(lengths), "min_len": min(lengths),
+    assert dm.dataset_stats(loaded) == {"n": 6, "max_len": max(lengths), "min_len": min(lengths),
                                         "avg_len": sum(lengths) / 6}
     assert [s["id"] for s in ds.load_npy_dataset(p, size=2)] == [0, 1]
     dataset[0]["id"] = "first"  # ids that are there stay; the index fills only the missing ones
@@ -410,8 +411,8 @@ def test_torch_tensor_files_serve_upstream_and_us(tmp_path):
     """What s2st-dataset writes: upstream's np.load then src_tokens.size() works, and ours reads
     the same values without running pickled code."""
     torch = pytest.importorskip("torch")
-    samples = ds.generate_random_dataset(4, feat_dim=3, min_len=2, max_len=6, seed=3)
-    p = ds.save_npy_dataset(samples, tmp_path / "t.npy", torch_tensors=True)
+    samples = dm.generate_random_dataset(4, feat_dim=3, min_len=2, max_len=6, seed=3)
+    p = dm.save_npy_dataset(samples, tmp_path / "t.npy", torch_tensors=True)
     theirs = np.load(p, allow_pickle=True)  # upstream load_dataset_npy
     ours = ds.load_npy_dataset(p)
     assert len(theirs) == len(ours) == 4
@@ -424,7 +425,7 @@ def test_torch_tensor_files_serve_upstream_and_us(tmp_path):
             assert isinstance(got["net_input"][key], torch.Tensor)
             assert torch.equal(got["net_input"][key], up["net_input"][key])
             np.testing.assert_array_equal(got["net_input"][key].numpy(), want["net_input"][key])
-    again = ds.save_npy_dataset(samples, tmp_path / "again.npy", torch_tensors=True)
+    again = dm.save_npy_dataset(samples, tmp_path / "again.npy", torch_tensors=True)
     assert again.read_bytes() == p.read_bytes()
 
 
@@ -432,7 +433,7 @@ def test_tensors_upstream_cannot_store_are_one_line(tmp_path):
     pytest.importorskip("torch")
     samples = [{"id": 0, "net_input": {"src_tokens": np.arange(4, dtype=np.uint16).reshape(1, 4),
                                        "src_lengths": np.array([4])}}]
-    assert raises_line(ds.save_npy_dataset, samples, tmp_path / "u.npy", torch_tensors=True) == (
+    assert raises_line(dm.save_npy_dataset, samples, tmp_path / "u.npy", torch_tensors=True) == (
         "cannot write a torch.uint16 tensor in the upstream npy format")
     assert not (tmp_path / "u.npy").exists()
 
@@ -603,7 +604,7 @@ def test_raw_manifest_third_column_is_the_reference_translation(tmp_path):
     ("x" * 70_000, "has 70000 characters, over LIMITS.line_chars = 65536"),
 ])
 def test_npy_reference_translations_are_checked(tmp_path, ref, expected):
-    path = ds.save_npy_dataset([{"id": 0, "net_input": {"src_tokens": np.ones((1, 3), np.float32),
+    path = dm.save_npy_dataset([{"id": 0, "net_input": {"src_tokens": np.ones((1, 3), np.float32),
                                                        "src_lengths": np.array([3])}, "tgt_text": ref}],
                                tmp_path / "d.npy")
     assert raises_line(ds.load_npy_dataset, path) == f"{path}: sample 0 tgt_text {expected}"
@@ -710,7 +711,7 @@ def test_jsonl_bounds(tmp_path, monkeypatch):
 
 
 def test_npy_bounds(tmp_path, monkeypatch):
-    p = ds.save_npy_dataset([np_sample(i, 2) for i in range(3)], tmp_path / "d.npy")
+    p = dm.save_npy_dataset([np_sample(i, 2) for i in range(3)], tmp_path / "d.npy")
     size = p.stat().st_size
     _limit(monkeypatch, npy_bytes=size - 1)
     assert raises_line(ds.load_npy_dataset, p) == (

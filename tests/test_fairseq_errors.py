@@ -178,7 +178,7 @@ def test_bad_samples(staged):
 
 
 def test_dump_refuses_text_outputs(tmp_path):
-    from pytest_s2st.pipelines.fairseq import dump_waveforms
+    from pytest_s2st.dump import dump_waveforms
 
     with pytest.raises(S2STError, match="output 0 is not a waveform"):
         dump_waveforms([{"text": "hola"}], tmp_path, "p", 16000)
@@ -280,7 +280,7 @@ def test_raw_audio_at_another_rate_into_a_waveform_model(tmp_path):
     """A data config with use_audio_input takes the waveform itself, at its use_sample_rate only."""
     from fairseq.data.audio.data_cfg import S2TDataConfig
 
-    from pytest_s2st.pipelines.fairseq import waveform_features
+    from pytest_s2st.pipelines.fairseq_files import waveform_features
 
     (tmp_path / "config.yaml").write_text("use_audio_input: true\nuse_sample_rate: 16000\nstandardize_audio: true\n")
     cfg = S2TDataConfig(tmp_path / "config.yaml")
@@ -297,7 +297,7 @@ def test_fbank_hint_tells_a_broken_torchaudio_from_a_missing_one(monkeypatch):
     import importlib
     import importlib.util
 
-    from pytest_s2st.pipelines import fairseq as fs
+    from pytest_s2st.pipelines import fairseq_files as fs
 
     real_find, real_import = importlib.util.find_spec, importlib.import_module
 
@@ -334,7 +334,8 @@ def test_every_key_of_the_staged_and_upstream_configs_is_known(work):
     """The check refuses no key that the configs this project ships or stages use (fairseq's and its own)."""
     import yaml
 
-    from pytest_s2st.pipelines.fairseq import LAYOUTS, check_stage_keys
+    from pytest_s2st.pipelines.fairseq import LAYOUTS
+    from pytest_s2st.pipelines.fairseq_args import check_stage_keys
 
     repo = Path(__file__).resolve().parents[1] / "configs"
     checked = 0

@@ -13,7 +13,9 @@ import torch  # noqa: E402
 
 from pytest_s2st.config import load_config  # noqa: E402
 from pytest_s2st.pipelines import base  # noqa: E402
-from pytest_s2st.pipelines import fairseq as fp  # noqa: E402
+from pytest_s2st import dump  # noqa: E402
+from pytest_s2st.pipelines.fairseq_args import stage_namespace  # noqa: E402
+from pytest_s2st.pipelines.fairseq_files import waveform_features  # noqa: E402
 from pytest_s2st.tiny import fairseq_tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,7 +199,7 @@ def test_dump_writes_wavs_at_target_sr(pipeline, staged, tmp_path):
     outputs = []
     for sample in load_samples(config, merged_stages(config)[2]):
         outputs.append(pipeline.run(sample))
-    written = fp.dump_waveforms(outputs, tmp_path / "dump", "tiny", 16000)
+    written = dump.dump_waveforms(outputs, tmp_path / "dump", "tiny", 16000)
     assert [p.name for p in written] == ["tiny_0_pred.wav", "tiny_1_pred.wav"]
     for path, out in zip(written, outputs):
         data, sr = sf.read(str(path), dtype="float32")
@@ -210,21 +212,21 @@ def test_dump_writes_wavs_at_target_sr(pipeline, staged, tmp_path):
 
 def test_resample_only_when_rates_differ():
     wav = np.sin(np.linspace(0, 100, 22050)).astype(np.float32)
-    assert fp.resample(wav, 16000, 16000) is wav
-    out = fp.resample(wav, 22050, 16000)
+    assert dump.resample(wav, 16000, 16000) is wav
+    out = dump.resample(wav, 22050, 16000)
     assert out.dtype == np.float32 and out.size == 16000
 
 
 def test_stage_namespace_has_upstream_defaults(staged):
     """Upstream parser: default task text_to_speech leaks its defaults; the stage dict wins."""
     config = staged / "configs" / "S2T.yaml"
-    ns = fp.stage_namespace({"task": "speech_to_text", "beam": 3, "data": "../s2t"}, device="cpu",
+    ns = stage_namespace({"task": "speech_to_text", "beam": 3, "data": "../s2t"}, device="cpu",
                             config_path=config)
     assert ns.beam == 3 and ns.task == "speech_to_text"
     assert ns.max_target_positions == 1200 and ns.vocoder == "griffin_lim"  # leaked TTS defaults
     assert ns.max_len_b == 200 and ns.cpu is True
     assert ns.data == "../s2t"  # paths are the loader's job (config.load_config)
-    tts = fp.stage_namespace({"vocoder": "hifigan"}, device="cpu", config_path=config)
+    tts = stage_namespace({"vocoder": "hifigan"}, device="cpu", config_path=config)
     assert tts.vocoder == "hifigan"  # a vocoder type is not a path
 
 
@@ -424,6 +426,6 @@ def test_raw_audio_features_follow_the_data_config(tmp_path):
 
     (tmp_path / "config.yaml").write_text("input_feat_per_channel: 40\ntransforms:\n  '*': [utterance_cmvn]\n")
     wav = (0.1 * np.random.RandomState(0).randn(1, 8000)).astype(np.float32)
-    feats = fp.waveform_features(S2TDataConfig(tmp_path / "config.yaml"), wav, 16000, "here")
+    feats = waveform_features(S2TDataConfig(tmp_path / "config.yaml"), wav, 16000, "here")
     assert feats.shape == (1, 48, 40) and feats.dtype == torch.float32
     assert float(feats.mean(1).abs().max()) < 1e-4  # normalised per utterance

@@ -70,7 +70,7 @@ def _get(cfg, key):
 def test_checkpoints_are_fairseq_train_checkpoints(staged):
     import torch
 
-    from pytest_s2st.pipelines.fairseq import allow_fairseq_globals
+    from pytest_s2st.pipelines.fairseq_files import allow_fairseq_globals
 
     allow_fairseq_globals()
     expect = {"s2t": ("speech_to_text", "s2t_transformer"), "mt": ("translation", "transformer"),

@@ -36,7 +36,7 @@ class Reached(BaseException):
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory) -> Path:
-    from pytest_s2st.datasets import generate_random_dataset, save_npy_dataset
+    from pytest_s2st.dataset_make import generate_random_dataset, save_npy_dataset
 
     d = tmp_path_factory.mktemp("cli")
     (d / "file").write_text("x")
@@ -53,7 +53,7 @@ def tripwires(scratch):
     mp = pytest.MonkeyPatch()
     for target in ("pytest_s2st.service.server.run_server", "pytest_s2st.pipelines.base.build_pipeline",
                    "pytest_s2st.tiny.fairseq_tiny.stage_all", "pytest_s2st.tiny.fairseq_full.stage_full",
-                   "pytest_s2st.datasets.generate_random_dataset", "pytest_s2st.cli.dataset.write_dataset"):
+                   "pytest_s2st.dataset_make.generate_random_dataset", "pytest_s2st.cli.dataset.write_dataset"):
         mp.setattr(target, trip)
     yield
     mp.undo()
@@ -135,12 +135,11 @@ def _loopback(host: str) -> bool:
 
 
 def _device_ok(value: str) -> bool:
-    from pytest_s2st.errors import S2STError
-    from pytest_s2st.measure.device import _parse
+    from pytest_s2st.measure.device import parse_device
 
     try:
-        _parse(value)
-    except S2STError:
+        parse_device(value)
+    except ValueError:
         return False
     return True
 

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from pytest_s2st import dataset_make as dm
 from pytest_s2st import datasets as ds
 from pytest_s2st.errors import S2STError
 
@@ -51,9 +52,9 @@ def usable(samples: list[dict]) -> None:
     assert samples and all(isinstance(s, dict) for s in samples)
     ids = {hash(s["id"]) for s in samples}
     assert ids
-    stats = ds.dataset_stats(samples)
+    stats = dm.dataset_stats(samples)
     assert stats["n"] == len(samples) and stats["min_len"] >= 1
-    subsets = ds.make_subsets(samples, n=2, ref_ids={s["id"] for s in samples})
+    subsets = dm.make_subsets(samples, n=2, ref_ids={s["id"] for s in samples})
     assert all(len(v) == min(2, len(samples)) for v in subsets.values())
     event(f"loaded {len(samples)} samples")
 
@@ -154,7 +155,7 @@ def _write(items: list, how: str, scratch: Path) -> bytes:
         np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
         f.write(pickle.dumps(arr, protocol=2))
     else:  # the reproducible writer of s2st-dataset
-        return ds.save_npy_dataset(items, scratch).read_bytes()
+        return dm.save_npy_dataset(items, scratch).read_bytes()
     return f.getvalue()
 
 
@@ -180,7 +181,7 @@ def test_fuzz_npy_structures(npy_path, items, how, size):
 def round_trip(samples: list[dict], path: Path) -> None:
     """What loaded, s2st-dataset writes in upstream's format, and both loaders read back the same."""
     try:
-        ds.save_npy_dataset(samples, path, torch_tensors=True)
+        dm.save_npy_dataset(samples, path, torch_tensors=True)
     except S2STError:  # uint16/32/64 have no torch storage type upstream could read
         return
     ours, theirs = ds.load_npy_dataset(path), np.load(path, allow_pickle=True)

@@ -303,7 +303,8 @@ def test_speech_rows_carry_asr_bleu_and_a_missing_asr_is_inconclusive(pytester, 
 def test_target_tokens_are_decoded_with_the_pipelines_dictionary(staged):
     """A dataset holding its references as target tokens (fairseq S2T data's `target`) instead of text: decoded
     with the target dictionary of the pipeline's last text stage; S2UT's units decode to no text."""
-    from pytest_s2st.datasets import load_dataset, save_npy_dataset
+    from pytest_s2st.dataset_make import save_npy_dataset
+    from pytest_s2st.datasets import load_dataset
     from pytest_s2st.pipelines.base import build_pipeline
     from pytest_s2st.quality.translation import NoReferences
     from pytest_s2st.tiny.fairseq_tiny import EN_TEXTS

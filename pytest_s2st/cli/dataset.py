@@ -37,7 +37,7 @@ def subset_file_name(kind: str, token: str = "") -> str:
 
 
 def stats_line(name: str, samples: list[dict]) -> str:
-    from ..datasets import dataset_stats
+    from ..dataset_make import dataset_stats
 
     s = dataset_stats(samples)
     return (f"{name} dataset stats : num_samples={s['n']} max_len = {s['max_len']} "
@@ -137,10 +137,10 @@ def _reference(dataset: Any, fs_task: Any, task: str, index: int, batch: dict) -
         text = fs_task.target_dictionary.string(batch["target"][0])
     else:
         return None
-    from ..datasets import _reference_problem
+    from ..datasets import reference_problem
 
     text = " ".join(text.split())
-    problem = _reference_problem(text)
+    problem = reference_problem(text)
     if problem:
         raise S2STError(f"sample {index}: reference {problem}")
     return text
@@ -161,7 +161,7 @@ def write_dataset(samples: list[dict], path: Path) -> Path:
     """The upstream npy layout with torch tensors, as upstream data_utils writes it: upstream
     get_metrics.py feeds src_tokens to models as they are (numpy arrays fail on .size()). Written
     reproducibly. Without torch: numpy arrays, and a note on stderr that upstream cannot use them."""
-    from ..datasets import save_npy_dataset
+    from ..dataset_make import save_npy_dataset
 
     as_torch = _torch_available()
     try:
@@ -185,11 +185,12 @@ def write_subsets(samples: list[dict], out: Path, *, n: int = 500, seed: int = 1
                   ref: Path | None = None, name: str = "input") -> dict[str, Path]:
     """random_/short_/long_ subsets of ``samples`` (after the --ref-dataset id filter) into ``out``;
     prints the stats of the filtered input and of each subset. Returns {kind: path}."""
-    from ..datasets import _id_matches, load_npy_dataset, make_subsets
+    from ..dataset_make import id_matches, make_subsets
+    from ..datasets import load_npy_dataset
 
     if ref is not None:
         ref_ids = {_plain_id(s["id"]) for s in load_npy_dataset(ref)}
-        samples = [s for s in samples if _id_matches(_plain_id(s["id"]), ref_ids)]
+        samples = [s for s in samples if id_matches(_plain_id(s["id"]), ref_ids)]
         if not samples:
             raise S2STError(f"{ref}: none of its {len(ref_ids)} ids matches a sample of {name}")
     print(stats_line(name, samples))
@@ -227,7 +228,7 @@ def _cmd_subsets(a: argparse.Namespace) -> None:
 
 
 def _cmd_random(a: argparse.Namespace) -> None:
-    from ..datasets import generate_random_dataset
+    from ..dataset_make import generate_random_dataset
 
     if a.max_len < a.min_len:
         raise S2STError(f"--max-len {a.max_len} is below --min-len {a.min_len}")

@@ -23,6 +23,8 @@ from typing import Any
 from ..assets import sha256_file
 from ..errors import S2STError
 from ..inputs import show
+from ..measure.device import CHOICES, parse_device
+from ..pipelines.base import declares_serves_speech, one_of, speech_types, stream_refusal, streaming_types
 from ..service.stream import MAX_FRAMES
 from .args import OneLineParser, float_in, int_in, path_arg, refuse
 
@@ -86,13 +88,10 @@ def _threads(asked: int | None) -> dict[str, Any]:
 
 def _device(value: str) -> str:
     """--device: checked while parsing (the demo tone ignores it, a case resolves it later)."""
-    from ..measure.device import CHOICES, _parse
-
     try:
-        _parse(value)
-    except S2STError:
-        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': expected one of {', '.join(CHOICES)} "
-                                         "(cuda/npu may take :N)") from None
+        parse_device(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"'{show(value, 80)}': {exc}") from None
     return value
 
 
@@ -121,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", nargs="+", metavar="NAME",
                    help="the model id(s) GET /v1/models lists and an OpenAI request's \"model\" may name, as "
                         "vLLM's flag (default: the case id, or demo-tone); another name is answered 404")
-    p.add_argument("--device", type=_device, help="cpu | cuda | npu | auto (default: the case's device setting)")
+    p.add_argument("--device", type=_device, help=f"{' | '.join(CHOICES)} (default: the case's device setting)")
     p.add_argument("--threads", type=int_in(1, MAX_THREADS), help="torch intra-op threads (default: the case's threads setting)")
     p.add_argument("--demo-delay-s", type=float_in(0.0, MAX_DELAY_S), default=0.0, help="--demo-tone: seconds of simulated model time")
     p.add_argument("--stream", action="store_true",
@@ -162,20 +161,21 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     from ..service.stream import options as stream_options
 
     if args.demo_tone:
+        streams = one_of(streaming_types())
         if args.stream:
-            raise S2STError("--stream: the demo tone is one whole waveform; stream a Qwen3TTS case")
+            raise S2STError(f"--stream: the demo tone is one whole waveform; stream a {streams} case")
         for flag, value in (("--stream-chunk-frames", args.stream_chunk_frames),
                             ("--stream-left-context", args.stream_left_context)):
             if value is not None:  # refused rather than silently ignored
                 raise S2STError(f"{flag}: the demo tone does not stream, so it would be ignored; it applies to "
-                                "a Qwen3TTS case served with --stream")
+                                f"a {streams} case served with --stream")
         synth = demo_tone_synthesizer(delay_s=args.demo_delay_s)
         return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
                        "demo_delay_s": args.demo_delay_s}, lambda: None, None
 
     from ..cases import settings_to_json
     from ..measure.device import resolve_device
-    from ..pipelines.base import build_pipeline, declares_serves_speech
+    from ..pipelines.base import build_pipeline  # looked up when called: the CLI fuzz tests trip on it
 
     case = _load_case(args)
     cfg = case.config
@@ -183,13 +183,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
         # refuse at start rather than answer every request with HTTP 500
         why = ("general.serves_speech is false" if not declares_serves_speech(cfg.model_type) else
                f"model_type {cfg.model_type} takes speech features or gives text")
-        raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a TTS, Qwen3TTS or callable case")
+        raise S2STError(f"{cfg.path}: does not serve speech from text ({why}); serve a {one_of(speech_types())} case")
     streaming = stream_options(args.stream, args.stream_chunk_frames, args.stream_left_context, cfg.serve,
                                str(cfg.path))
-    if streaming is not None and cfg.model_type != "Qwen3TTS":  # refused before any model loads
-        why = ("fairseq's TTS vocoders run once on the whole spectrogram the decoder returns; no chunked decoder "
-               "is wired" if cfg.model_type in ("TTS", "FastSpeech2") else f"model_type {cfg.model_type} has no chunked decoder")
-        raise S2STError(f"{cfg.path}: --stream / serve.stream: {why}")
+    if streaming is not None and stream_refusal(cfg.model_type):  # refused before any model loads
+        raise S2STError(f"{cfg.path}: --stream / serve.stream: {stream_refusal(cfg.model_type)}")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")
     pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path,
                               config_lines=cfg.lines)

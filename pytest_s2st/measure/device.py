@@ -1,4 +1,10 @@
-"""The device a benchmark runs on: cpu, cuda or npu (Ascend via torch_npu).
+"""The device a benchmark runs on: one table, BACKENDS, of cpu, cuda and npu (Ascend via torch_npu).
+
+A row says what the rest of the package asks of a backend: its name, whether it takes an index (``cuda:1``),
+whether fairseq's own code can place a model on it, and its Device class, which knows how to load its torch
+backend, resolve an asked device (one-line errors), synchronise and read the peak memory. Settings, the
+s2st-serve ``--device`` parser, xdist's device spreading and the fairseq pipeline all read this table:
+a new backend is one row (and its Device class).
 
 torch is imported only when a non-cpu device is asked for (or "auto" looks for one), so that
 non-torch pipelines on cpu never pay for it.
@@ -8,13 +14,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.record import Metric
 
 MIB = 2**20
-CHOICES = ("auto", "cpu", "cuda", "npu")
+AUTO = "auto"
 
 
 class Device:
@@ -24,6 +31,16 @@ class Device:
 
     def __init__(self, index: int | None = None):
         self.index = index
+
+    @classmethod
+    def resolve(cls, asked: str, index: int | None) -> Device:
+        """The asked device, or S2STError saying in one line why it cannot be had."""
+        return cls()
+
+    @classmethod
+    def found_by_auto(cls) -> Device | None:
+        """What "auto" takes of this backend when torch is importable: None when it is not there."""
+        return None
 
     @property
     def torch_device(self) -> str:
@@ -48,6 +65,13 @@ class Device:
 
 class _TorchAccelerator(Device):
     """Shared by cuda and npu: both expose the same torch.cuda-style memory API under torch.<name>."""
+
+    @staticmethod
+    def load_torch():
+        """torch with this backend loaded (raises what the import raises)."""
+        import torch
+
+        return torch
 
     def _api(self):
         import torch
@@ -80,9 +104,53 @@ class _TorchAccelerator(Device):
 class CudaDevice(_TorchAccelerator):
     name = "cuda"
 
+    @classmethod
+    def resolve(cls, asked: str, index: int | None) -> CudaDevice:
+        try:
+            import torch
+        except Exception as exc:
+            raise S2STError(f"--s2st-device={asked}: torch cannot be imported ({_first_line(exc)})") from None
+        if not torch.cuda.is_available():
+            why = "torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
+            raise S2STError(f"--s2st-device={asked}: CUDA is not available ({why}, torch {torch.__version__})")
+        return cls(_check_index(torch.cuda, "cuda", index, asked))
+
+    @classmethod
+    def found_by_auto(cls) -> CudaDevice | None:
+        import torch
+
+        return cls(torch.cuda.current_device()) if torch.cuda.is_available() else None
+
 
 class NpuDevice(_TorchAccelerator):
     name = "npu"
+
+    @staticmethod
+    def load_torch():
+        return _load_torch_npu()
+
+    @classmethod
+    def resolve(cls, asked: str, index: int | None) -> NpuDevice:
+        try:
+            torch = _load_torch_npu()
+        except BaseException as exc:  # ImportError, OSError from missing CANN .so files, SystemExit from CANN checks
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise S2STError(
+                f"--s2st-device={asked}: torch_npu cannot be loaded (Ascend CANN missing?): {_first_line(exc)}"
+            ) from None
+        if not torch.npu.is_available():
+            raise S2STError(f"--s2st-device={asked}: torch_npu is loaded but no NPU is available")
+        return cls(_check_index(torch.npu, "npu", index, asked))
+
+    @classmethod
+    def found_by_auto(cls) -> NpuDevice | None:
+        """Only when the user already imported torch_npu: auto never loads CANN on its own."""
+        import torch
+
+        if "torch_npu" in sys.modules and hasattr(torch, "npu") and torch.npu.is_available():
+            return cls(torch.npu.current_device())
+        return None
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
@@ -91,11 +159,42 @@ class NpuDevice(_TorchAccelerator):
         return out
 
 
-def _parse(asked: str) -> tuple[str, int | None]:
-    kind, _, idx = str(asked).strip().lower().partition(":")
-    if kind not in CHOICES or (idx and (kind in ("auto", "cpu") or not idx.isdecimal())):  # "²" is a digit int() refuses
-        raise S2STError(f"--s2st-device={asked}: expected one of {', '.join(CHOICES)} (cuda/npu may take :N)")
-    return kind, int(idx) if idx else None
+@dataclass(frozen=True)
+class Backend:
+    """One row of BACKENDS. ``indexed``: takes ``:N`` (one device of several; xdist spreads workers over them).
+    ``fairseq``: fairseq's own code places models on it (its ``--cpu`` off); else fairseq runs on cpu.
+    ``device``: the Device class (resolve, load_torch, synchronize, peak_mib, describe)."""
+
+    name: str
+    indexed: bool
+    fairseq: bool
+    device: type[Device]
+
+
+# ONE table; "auto" takes the first row whose found_by_auto answers (cpu's never does: it is the fallback)
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    Backend("cpu", indexed=False, fairseq=False, device=Device),
+    Backend("cuda", indexed=True, fairseq=True, device=CudaDevice),
+    Backend("npu", indexed=True, fairseq=False, device=NpuDevice),
+)}
+CHOICES = (AUTO, *BACKENDS)
+_INDEXED = "/".join(name for name, b in BACKENDS.items() if b.indexed)
+CHOICES_TEXT = f"{', '.join(CHOICES)} ({_INDEXED} may take :N)"  # the one line every refusal names
+
+
+def parse_device(asked: Any) -> tuple[str, int | None]:
+    """'cuda:1' -> ('cuda', 1), ' CPU ' -> ('cpu', None); ValueError(expected one of ...) for anything else."""
+    kind, sep, idx = str(asked).strip().lower().partition(":")
+    backend = BACKENDS.get(kind)
+    if (backend is None and kind != AUTO) or (sep and (backend is None or not backend.indexed
+                                                      or not idx.isdecimal())):  # "²" is a digit int() refuses
+        raise ValueError(f"expected one of {CHOICES_TEXT}")
+    return kind, int(idx) if sep else None
+
+
+def backend_of(device: str) -> Backend:
+    """The row of a resolved device name ('cuda', 'cuda:1', 'cpu')."""
+    return BACKENDS[device.partition(":")[0]]
 
 
 def _check_index(api, kind: str, index: int | None, asked: str) -> int:
@@ -105,17 +204,6 @@ def _check_index(api, kind: str, index: int | None, asked: str) -> int:
     if index >= count:
         raise S2STError(f"--s2st-device={asked}: only {count} {kind} device(s) visible")
     return index
-
-
-def _cuda(asked: str, index: int | None) -> CudaDevice:
-    try:
-        import torch
-    except Exception as exc:
-        raise S2STError(f"--s2st-device={asked}: torch cannot be imported ({_first_line(exc)})") from None
-    if not torch.cuda.is_available():
-        why = "torch is a CPU-only build" if torch.version.cuda is None else "no CUDA device visible"
-        raise S2STError(f"--s2st-device={asked}: CUDA is not available ({why}, torch {torch.__version__})")
-    return CudaDevice(_check_index(torch.cuda, "cuda", index, asked))
 
 
 def _load_torch_npu():
@@ -129,20 +217,6 @@ def _load_torch_npu():
     return torch
 
 
-def _npu(asked: str, index: int | None) -> NpuDevice:
-    try:
-        torch = _load_torch_npu()
-    except BaseException as exc:  # ImportError, OSError from missing CANN .so files, SystemExit from CANN checks
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise S2STError(
-            f"--s2st-device={asked}: torch_npu cannot be loaded (Ascend CANN missing?): {_first_line(exc)}"
-        ) from None
-    if not torch.npu.is_available():
-        raise S2STError(f"--s2st-device={asked}: torch_npu is loaded but no NPU is available")
-    return NpuDevice(_check_index(torch.npu, "npu", index, asked))
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -150,26 +224,25 @@ def _first_line(exc: BaseException) -> str:
 
 def resolve_device(asked: str) -> Device:
     """auto | cpu | cuda[:N] | npu[:N] -> Device. 'cpu' never imports torch."""
-    kind, index = _parse(asked)
-    if kind == "cpu":
-        return Device()
-    if kind == "cuda":
-        return _cuda(asked, index)
-    if kind == "npu":
-        return _npu(asked, index)
-    return _auto()
+    try:
+        kind, index = parse_device(asked)
+    except ValueError as exc:
+        raise S2STError(f"--s2st-device={asked}: {exc}") from None
+    if kind == AUTO:
+        return _auto()
+    return BACKENDS[kind].device.resolve(asked, index)
 
 
 def _auto() -> Device:
-    """cuda when torch sees one, npu only when torch_npu was already imported by the user, else cpu."""
+    """The first backend torch sees (cuda; npu only when torch_npu was already imported by the user), else cpu."""
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
         return Device()
     try:
-        import torch
+        import torch  # noqa: F401
     except Exception:
         return Device()
-    if torch.cuda.is_available():
-        return CudaDevice(torch.cuda.current_device())
-    if "torch_npu" in sys.modules and hasattr(torch, "npu") and torch.npu.is_available():
-        return NpuDevice(torch.npu.current_device())
+    for backend in BACKENDS.values():
+        found = backend.device.found_by_auto()
+        if found is not None:
+            return found
     return Device()

@@ -6,10 +6,11 @@ input (cascades: intermediate inputs are generated beforehand, IO excluded from 
 Conventions shared by all pipelines:
 - ``prepare_sample`` accepts a dataset sample in the fairseq benchmark format
   (``{"id", "net_input": {"src_tokens", "src_lengths"}}``) or, for text-input pipelines, a text
-  sample ``{"id", "text", "language"?, "voice"?, "seed"?}`` (the service workload format).
+  sample ``{"id", "text", "language"?, "voice"?, "seed"?}`` (the service workload format; the type's
+  ModelType.text_fields are the ones its datasets must have).
 - A stage whose output is speech returns ``{"waveform": 1-D float32 numpy array, "sample_rate": int}``;
   a stage whose output is text returns ``{"text": str}``; anything else is stage-specific.
-- ``device`` is "cpu", "cuda" or "npu" (already resolved).
+- ``device`` is a backend name of measure.device.BACKENDS ("cpu", "cuda", "npu"; already resolved).
 
 Registry entries are "module:attribute" strings so that no heavy module is imported until a
 pipeline of that type is built.
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..errors import S2STError
+from ..service.workload import REQUIRED_FIELDS as WORKLOAD_FIELDS
 
 
 @runtime_checkable
@@ -59,8 +61,14 @@ class ModelType:
     (one factory may serve several types: it is told which).
     serves_speech: takes a text request and answers speech (what a speech service serves); None: the
     case says so with general.serves_speech (default yes) -- callables and extensions.
+    streaming: has a chunked decoder (``pipeline.stream``) that s2st-serve --stream drives;
+    no_stream_reason: the one line that says why not, when the generic one says too little.
+    text_fields: the fields of a text sample (dataset_type text) it needs; the others of the workload
+    format may be there and are checked when they are.
     path_keys: stage keys (besides the loader's generic ones) whose values are files; config.load_config
     resolves them against the YAML's folder, once, so pipelines receive absolute paths.
+    ensemble_keys: keys holding several files joined by ':' (fairseq's checkpoint ensemble, ``path``).
+    entry_keys: keys naming "file.py:attr" (the file resolved) or "package.module:attr" (left alone).
     stages: (fewest, most) stage sections a config of this type may have (most None: no limit).
     """
 
@@ -68,46 +76,82 @@ class ModelType:
     serves_speech: bool | None = None
     path_keys: tuple[str, ...] = ()
     stages: tuple[int, int | None] = (1, None)
+    streaming: bool = False
+    no_stream_reason: str | None = None
+    text_fields: tuple[str, ...] = WORKLOAD_FIELDS
+    ensemble_keys: tuple[str, ...] = ()
+    entry_keys: tuple[str, ...] = ()
 
 
-_FAIRSEQ = "pytest_s2st.pipelines.fairseq:build"
-FAIRSEQ_PATH_KEYS = ("data", "path", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path")
+_FAIRSEQ = ModelType("pytest_s2st.pipelines.fairseq:build", False,
+                    ("data", "vocoder", "vocoder_cfg", "hubert_ckpt_path", "hubert_km_path"), (1, 1),
+                    text_fields=("id", "text"), ensemble_keys=("path",))
+_FAIRSEQ_TTS_NO_STREAM = ("fairseq's TTS vocoders run once on the whole spectrogram the decoder returns; no chunked "
+                          "decoder is wired")
 
-# ONE table: the registry, which types serve speech, their path keys and stage counts
+# ONE table: the registry and what each type can do (serves speech, streams, the text fields it needs,
+# its path keys and stage counts); a new model family is one row here and its pipeline module
 MODEL_TYPES: dict[str, ModelType] = {
-    "callable": ModelType("pytest_s2st.pipelines.callable:build"),
-    "S2T": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
-    "MT": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
-    "TTS": ModelType(_FAIRSEQ, True, FAIRSEQ_PATH_KEYS, (1, 1)),
-    "S2S": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 1)),
-    "S2UT": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 2)),  # units, then an optional unit vocoder
-    "2StageS2ST": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (2, 2)),
-    "3StageS2ST": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (3, 3)),
-    "HubertUnits": ModelType(_FAIRSEQ, False, FAIRSEQ_PATH_KEYS, (1, 2)),
-    "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("manifest",), (1, 1)),
+    "callable": ModelType("pytest_s2st.pipelines.callable:build", entry_keys=("entry",)),
+    "S2T": _FAIRSEQ,
+    "MT": _FAIRSEQ,
+    "TTS": replace(_FAIRSEQ, serves_speech=True, no_stream_reason=_FAIRSEQ_TTS_NO_STREAM),
+    "S2S": _FAIRSEQ,
+    "S2UT": replace(_FAIRSEQ, stages=(1, 2)),  # units, then an optional unit vocoder
+    "2StageS2ST": replace(_FAIRSEQ, stages=(2, 2)),
+    "3StageS2ST": replace(_FAIRSEQ, stages=(3, 3)),
+    "HubertUnits": replace(_FAIRSEQ, stages=(1, 2)),
+    "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("manifest",), (1, 1), streaming=True),
 }
 
 KNOWN_MODEL_TYPES = tuple(MODEL_TYPES)
+_UNKNOWN = ModelType("")  # what an unknown type declares: nothing
 
 
-def path_keys(model_type: str) -> frozenset[str]:
-    """The extra path keys a model type declared; none for an unknown type."""
-    entry = MODEL_TYPES.get(model_type)
-    return frozenset(entry.path_keys if entry else ())
+def model_type_info(model_type: str) -> ModelType:
+    """The registry's row of a model type; an unknown type gets the defaults (no extra keys)."""
+    return MODEL_TYPES.get(model_type, _UNKNOWN)
 
 
 def serves_speech(model_type: str, declared: bool | None = None) -> bool:
     """The model type's answer, else the case's own ``general.serves_speech``, else yes."""
-    entry = MODEL_TYPES.get(model_type)
-    if entry is not None and entry.serves_speech is not None:
-        return entry.serves_speech
+    own = model_type_info(model_type).serves_speech
+    if own is not None:
+        return own
     return True if declared is None else declared
 
 
 def declares_serves_speech(model_type: str) -> bool:
     """Does the type itself say whether it serves speech (else the case does)?"""
-    entry = MODEL_TYPES.get(model_type)
-    return entry is not None and entry.serves_speech is not None
+    return model_type_info(model_type).serves_speech is not None
+
+
+def text_fields(model_type: str) -> tuple[str, ...]:
+    """The fields a text dataset's samples must have for this type (unknown type: all of the workload's)."""
+    return model_type_info(model_type).text_fields
+
+
+def stream_refusal(model_type: str) -> str | None:
+    """None when the type streams, else the one line that says why not (known before any model loads)."""
+    row = model_type_info(model_type)
+    if row.streaming:
+        return None
+    return row.no_stream_reason or f"model_type {model_type} has no chunked decoder"
+
+
+def speech_types() -> list[str]:
+    """The types that may serve speech from text: those that say so, then those whose case says (callable)."""
+    return ([t for t, row in MODEL_TYPES.items() if row.serves_speech] +
+            [t for t, row in MODEL_TYPES.items() if row.serves_speech is None])
+
+
+def streaming_types() -> list[str]:
+    return [t for t, row in MODEL_TYPES.items() if row.streaming]
+
+
+def one_of(names: Sequence[str]) -> str:
+    """'a', 'a or b', 'a, b or c': a hint's list of model types."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1] if names else "")))
 
 
 def check_stage_count(model_type: str, count: int, where: str) -> None:
@@ -120,12 +164,15 @@ def check_stage_count(model_type: str, count: int, where: str) -> None:
                         f"the config has {count}")
 
 
-def register(model_type: str, target: str, *, serves_speech: bool | None = None,
-             path_keys: Sequence[str] | None = None, stages: tuple[int, int | None] = (1, None)) -> None:
-    """Add a pipeline type ("module:factory"); used by extensions. See ModelType for the rest."""
+def register(model_type: str, target: str, *, path_keys: Sequence[str] | str | None = None,
+             text_fields: Sequence[str] | None = None, **capabilities: Any) -> None:
+    """Add a pipeline type ("module:factory"); used by extensions. ``capabilities``: the other fields of
+    ModelType (serves_speech, stages, streaming, no_stream_reason, ensemble_keys, entry_keys)."""
     if isinstance(path_keys, str):  # a lone "key" would otherwise become its letters
         path_keys = (path_keys,)
-    MODEL_TYPES[model_type] = ModelType(target, serves_speech, tuple(path_keys or ()), stages)
+    if text_fields is not None:
+        capabilities["text_fields"] = tuple(text_fields)
+    MODEL_TYPES[model_type] = ModelType(target, path_keys=tuple(path_keys or ()), **capabilities)
 
 
 def known_model_types() -> list[str]:

@@ -46,7 +46,7 @@ def user_frame(exc: BaseException, prefer: str | None = None) -> str | None:
     return f"{frame.filename}:{frame.lineno}" if frame is not None else None
 
 
-def _raised(exc: BaseException, prefer: str | None = None) -> str:
+def raised(exc: BaseException, prefer: str | None = None) -> str:
     """'ValueError: text (at file.py:12)' on one line."""
     at = user_frame(exc, prefer)
     return f"{type(exc).__name__}: {show(exc)}" + (f" (at {show(at)})" if at else "")
@@ -73,7 +73,7 @@ def _load_entry(entry: Any, where: str) -> Callable[..., Any]:
     except S2STError:
         raise
     except Exception as exc:  # the user's module failed to import: say which and why, in one line
-        raise S2STError(f"{where}: entry {entry!r} cannot be imported: {_raised(exc, target if target.endswith('.py') else None)}") from None
+        raise S2STError(f"{where}: entry {entry!r} cannot be imported: {raised(exc, target if target.endswith('.py') else None)}") from None
     factory = getattr(module, attr, None)
     if factory is None:
         raise S2STError(f"{where}: entry {entry!r}: module has no attribute {attr!r}")
@@ -94,7 +94,7 @@ class CallableStage:
         except S2STError:
             raise
         except Exception as exc:
-            raise S2STError(f"stage {self.name!r}: the model raised {_raised(exc, self.source)}") from None
+            raise S2STError(f"stage {self.name!r}: the model raised {raised(exc, self.source)}") from None
 
     def to_next_input(self, output: Any) -> Any:
         return output
@@ -151,7 +151,7 @@ def _build_stage(index: int, stage: dict[str, Any], config_path: Path, device: s
     try:
         fn = factory(**kwargs)
     except Exception as exc:
-        raise S2STError(f"{where}: factory {show(entry)!r} raised {_raised(exc, source)}") from None
+        raise S2STError(f"{where}: factory {show(entry)!r} raised {raised(exc, source)}") from None
     if not callable(fn):
         at = _defined_at(factory)
         raise S2STError(f"{where}: factory {show(entry)!r}{f' ({at})' if at else ''} returned "

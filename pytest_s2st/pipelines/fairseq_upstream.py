@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .fairseq import allow_fairseq_globals, librosa_compat
+from .fairseq_files import allow_fairseq_globals, librosa_compat
 
 
 def install_shims() -> None:

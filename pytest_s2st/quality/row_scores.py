@@ -99,16 +99,11 @@ def translation_baseline(path: str, cache: dict[str, dict], measured: Iterable[A
         if row.info.get("config") == path and row.quality:
             cache[path] = {k: m.to_dict() for k, m in row.quality.items()}
             return cache[path]
-    from ..datasets import load_dataset
     from ..pipelines.base import build_pipeline
     from .translation import run_outputs
 
     case = load_case(path)
-    general = case.config.general
-    if general.get("dataset_path") is None:
-        raise S2STError(f"{path} (quality.baseline): no dataset: set general.dataset_path")
-    samples = load_dataset(general["dataset_path"], case.settings["dataset_type"], case.settings["dataset_size"],
-                           sample_rate=int(general.get("sample_rate", 16000)))
+    samples = case.samples(f"{path} (quality.baseline)")
     pipeline = build_pipeline(case.model_type, case.config.stages, device=case.device().name,
                               config_path=case.config.path, config_lines=case.config.lines)
     try:

@@ -126,9 +126,9 @@ class NoReferences(Exception):
 
 def read_references(path: str | Path, where: str) -> list[str]:
     """One reference per line of a text file (bounded read; a final newline ends the last line)."""
-    from ..datasets import _text_lines
+    from ..datasets import text_lines
 
-    lines = _text_lines(Path(path), f"references file ({where})", "utf-8-sig")
+    lines = text_lines(Path(path), f"references file ({where})", "utf-8-sig")
     if lines and lines[-1] == "":
         lines = lines[:-1]
     for number, line in enumerate(lines, 1):

@@ -115,7 +115,7 @@ def _write_dict(path: Path, words: list[str]) -> None:
 def save_npy_dataset(samples: list[dict], path: Path) -> Path:
     """The upstream npy layout (np.save of a list of {id, net_input}) with torch tensors, as
     upstream data_utils writes it, but reproducible; one writer for this and s2st-dataset."""
-    from ..datasets import save_npy_dataset as save
+    from ..dataset_make import save_npy_dataset as save
 
     return save(samples, path, torch_tensors=True)
 
