@@ -11,7 +11,7 @@ side": nothing is claimed. Repeat runs of one commit become one saved run with `
 (distribute.fold_repeats).
 
 One run per side: the word is given only for a gross change, far past the between-process drift measured on a
-shared 2-core runner (docs/measurement.md): the means and medians of each run's own round times (wall time less
+shared 2-core runner (docs/records/measurement.md): the means and medians of each run's own round times (wall time less
 the thread's run-queue wait: a neighbour's load taken out) both at least GROSS (x3) apart, or, for runs saved
 without run-queue readings, the raw means and medians both GROSS_RAW (x5) apart. Smaller ratios stay "cannot
 tell".
@@ -50,7 +50,7 @@ MIN_RUNS = 3            # per side, for a verdict between runs
 CANNOT_TELL = "cannot tell from one run per side"
 NOT_FINITE = "rounds not finite (missing evidence)"
 # one run per side, own times (run-queue wait out): identical short runs were seen up to x1.88 apart on the idle VM
-# (docs/measurement.md, Runtime power: x2 work read as little as x1.12); x3 in mean and median is beyond that drift
+# (docs/records/measurement.md, one run per side: x2 work read as little as x1.12); x3 in mean and median is beyond that drift
 GROSS = 3.0
 GROSS_RAW = 5.0         # the same without run-queue readings: raw means of identical short runs were seen x3.83 apart
 MIN_PAIRS = 6           # in-process A/B: the fewest pairs whose median has a 95 % order-statistic interval  # a NaN/inf/non-number round: nothing is claimed

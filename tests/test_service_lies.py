@@ -148,7 +148,7 @@ def test_closed_loop_an_answer_naming_another_request_is_refused(tmp_path, trans
                          ids=["own-sse", "openai-sse", "raw-pcm", "wav"])
 def test_legal_maximum_answers_complete_in_every_wire_format(tmp_path, mode, options, transport):
     """Two 16 MiB events of audio (~524 s at 24 kHz) per answer, at c4; the same audio as raw PCM and a WAV
-    (c64: docs/service.md)."""
+    (c64: docs/records/service.md)."""
     result = load(tmp_path, mode, transport, concurrency=4, requests=4, timeout_s=60.0, bound=120.0, **options)
     pcm = max_event_pcm()
     assert len(pcm) * 4 // 3 > MAX_EVENT - 8192  # the events are at the bound

@@ -45,7 +45,7 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
                         missing=compared.missing, mode=MODE.name, details=details)
     # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where every
     # round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread x0.70-x1.62, their
-    # own times x0.87-x1.18 (docs/measurement.md)
+    # own times x0.87-x1.18 (docs/records/measurement.md)
     change = compare_pair_sets(compared.own_sets or compared.sets)
     return ABRecord(change.ratio, change.low, change.high, change.word, change.pairs, compared.calls, round_s, method,
                     timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time",

@@ -9,7 +9,7 @@ from ..rounds import TimedRounds, calls_per_round
 from .mode import ABMode
 from .record import IN_PROCESS, ABRecord
 
-AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/measurement.md)
+AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
 
 
 class InProcess(ABMode):
@@ -100,7 +100,7 @@ class PairedRounds:
     def change(self):
         """The paired change on each round's own time (its wall time less the time the thread waited for a CPU in
         it), else on wall times. At load 7 (six busy loops beside), on the same rounds: wall times read +10 % slower
-        13/20 and A/A once faster, own times 20/20 and never (docs/measurement.md). (With one-call rounds taking the
+        13/20 and A/A once faster, own times 20/20 and never (docs/records/measurement.md). (With one-call rounds taking the
         wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
         from ..significance import compare_pairs
 

@@ -273,7 +273,7 @@ def delta_event(pcm: bytes, sample_rate: int) -> bytes:
 
 def done_event(samples: int, input_characters: int) -> bytes:
     """OpenAI's done event with its "usage" object. This server counts no tokens: the token counts are null
-    (unknown, not 0), and what it did count is beside them (docs/service.md, the table of differences)."""
+    (unknown, not 0), and what it did count is beside them (docs/server.md, the table of differences)."""
     return sse({"type": DONE, "usage": {"input_tokens": None, "output_tokens": None, "total_tokens": None,
                                         "input_characters": input_characters, "output_samples": samples},
                 "samples": samples})

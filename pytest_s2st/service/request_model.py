@@ -5,7 +5,7 @@ protocol/audio.py, ``OpenAICreateSpeechRequest``): the same types in pydantic's 
 ``"seed": "7"``, ``"stream": "true"`` are converted, as there), defaults, bounds, Literal choices, the
 ``voice``/``speaker`` alias, its validators, and pydantic's default ``extra="ignore"`` (unknown fields dropped).
 tests/test_service_request_model.py validates the same bodies with vLLM-Omni's model (loaded by path from its
-wheel) and compares. Where this differs from it, on purpose, is a row of docs/service.md's table:
+wheel) and compares. Where this differs from it, on purpose, is a row of docs/server.md's table:
 - a validator's TypeError (``ref_audio: [1]``) is a 400 here; there pydantic does not catch it: a 500;
 - lists fail at their first bad item (pydantic's fail_fast): the same accept/reject, but an 8 MiB list of bad
   numbers costs one error, not millions (vLLM-Omni's model: 77 s and 4.8 GB for 2 M bad entries, measured);

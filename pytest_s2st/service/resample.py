@@ -9,7 +9,7 @@ by chunk. The output of n input samples has ceil(n / step) samples.
 
 ``speed`` is applied as a change of playback rate (the input is read as if recorded at rate x speed):
 the duration is divided by ``speed`` and the pitch multiplied by it, like a tape played faster. This is
-not vLLM-Omni's pitch-preserving ``librosa.effects.time_stretch``; docs/service.md lists the difference.
+not vLLM-Omni's pitch-preserving ``librosa.effects.time_stretch``; docs/server.md lists the difference.
 """
 from __future__ import annotations
 

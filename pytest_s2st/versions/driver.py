@@ -76,7 +76,7 @@ def _same_file(arg: str, head_cwd: Path, side_cwd: Path) -> str:
 def same_cpu(pids: Sequence[int]):
     """While the rounds run, every timing worker on one CPU (Linux): only one of them runs at a time, so this costs
     nothing, and both sides of a pair share that CPU's neighbours (at load 8 it did not narrow the round ratios by
-    itself: own times did, docs/measurement.md). Their own CPUs are given back afterwards (the untimed passes run
+    itself: own times did, docs/records/measurement.md). Their own CPUs are given back afterwards (the untimed passes run
     in parallel)."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     setaffinity = getattr(os, "sched_setaffinity", None)
