@@ -474,4 +474,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     finally:
         state = config.stash.get(SESSION_KEY, None)
         if state is not None:
-            state.display(terminalreporter)
+            from .terminal import display
+
+            display(state, terminalreporter)

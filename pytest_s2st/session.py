@@ -1,7 +1,7 @@
 """The pytest-s2st session: one object that owns the session's state and behaviour.
 
 Like pytest-benchmark's BenchmarkSession: the plugin's hooks call its methods (``load_cases``,
-``record_verdict``, ``finish``, ``display``); both plugin modules (plugin.py and plugin_service.py)
+``record_verdict``, ``finish``; terminal.py prints its tables); the plugin modules (plugin.py, plugin_service.py, ...)
 import this module and never each other.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
@@ -401,125 +401,6 @@ class S2STSession:
                     handle.write(body)
             except OSError as exc:
                 self.not_written.append(f"--s2st-summary: {path} not written ({exc.strerror or exc})")
-
-    def _write_table(self, tr: Any, name: str, lines: list[str]) -> None:
-        """A table's lines, after plugins had their say (pytest_s2st_table: they may change or add lines)."""
-        self.config.hook.pytest_s2st_table(config=self.config, name=name, lines=lines)
-        for line in lines:
-            tr.write_line(line)
-
-    def display(self, tr: Any) -> None:
-        """The s2st sections of the terminal summary."""
-        if self.worker:
-            return
-        if self.results or self.remote_results:
-            self._display_inference(tr)
-        if self.service_results:
-            self._display_service(tr)
-        for path in self.plots:  # after the service table, or alone when no service benchmark ran
-            tr.write_line(f"plot: {path}")
-        if self.inconclusive:
-            tr.write_sep("=", "s2st INCONCLUSIVE", yellow=True)
-            for nodeid, reasons in self.inconclusive:
-                tr.write_line(f"{nodeid}:")
-                for reason in reasons:
-                    tr.write_line(f"    {reason}")
-        # each counted on pytest's last line ("1 passed, 1 regressed, 1 unchecked"), printed after this hook
-        for lines, title, word in ((self.regressions, "s2st regressions (--s2st-compare-fail)", "regressed"),
-                                   (self.unchecked, "s2st limits not checked (--s2st-compare-fail)", "unchecked"),
-                                   (self.not_written, "s2st files not written", "not written")):
-            if lines:
-                tr.write_sep("=", title, red=True)
-                for line in lines:
-                    tr.write_line(line)
-                tr.stats.setdefault(word, []).extend(lines)
-
-    def _display_inference(self, tr: Any) -> None:
-        from .report import missing_notes, render_table, table_notes, wrap
-
-        rows = self.rows()
-        tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
-        self._write_table(tr, "inference", render_table(rows) + wrap(table_notes(rows) + [f"note: {note}" for note
-                                                                                          in missing_notes(rows)]))
-        warning = self.contention_warning()
-        if warning:
-            tr.write_line(f"warning: {warning}", yellow=True)
-        self._display_ab(tr)
-        try:
-            self._display_compare(tr, rows)
-        except Exception as exc:  # noqa: BLE001 -- what was measured is shown above whatever the saved run holds
-            from .inputs import show
-
-            tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
-
-    def _display_ab(self, tr: Any) -> None:
-        from .ab import terminal_tables
-
-        # one table per A/B mode, each with its own title and legend
-        for title, lines in terminal_tables([(r.name, r.measurement) for r in self.records() if "ab" in r.measurement]):
-            tr.write_sep("-", f"s2st: {title}")
-            self._write_table(tr, "ab", lines)
-
-    def _display_compare(self, tr: Any, rows: list[Any]) -> None:
-        from .judging import insignificant, unlike_rows, unmatched
-        from .report import compare_legend, render_compare, statistic_names, wrap
-
-        compared = self.compared()
-        lines = render_compare(rows, compared) if compared else []
-        if lines:
-            tr.write_sep("-", "s2st: compared with the saved run (then -> now)")
-            notes = [f"note: {note}" for note in insignificant(rows, compared, self.option("compare_fail") or ())]
-            self._write_table(tr, "compare", lines + wrap([compare_legend(statistic_names(rows, "s"))] + notes
-                                                          + unlike_rows(rows, compared)))
-        if self.config.getoption("benchmark_compare", None):
-            missing = unmatched(rows, compared)
-            if missing:
-                tr.write_line(f"s2st: {len(missing)} of {len(self.records())} benchmark(s) have no counterpart in "
-                              f"the compared run (nothing to compare them with):")
-                faults = getattr(self, "compare_faults", {})
-                for name in missing:
-                    tr.write_line(f"    {name}" + (f" ({faults[name]})" if name in faults else ""))
-
-    def contention_warning(self) -> str | None:
-        """More xdist workers than physical cores while timing on the cpu: runtimes measure contention."""
-        import psutil
-
-        cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
-        on_cpu = sum(1 for r in self.records() if (r.measurement.get("device") or {}).get("name") == "cpu")
-        if self.workers <= cores or not on_cpu or self.option("processes"):  # --s2st-processes: they take turns
-            return None
-        return (f"{self.workers} xdist workers on {cores} physical core(s) timed {on_cpu} cpu benchmark(s): "
-                f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")
-
-    def _display_service(self, tr: Any) -> None:
-        from .report import wrap
-        from .report_service import render_service_table
-
-        tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
-        lines = render_service_table(self.service_results)
-        for name, data in self.service_results:
-            gate = data.get("gate")
-            if gate:
-                speedup = ", ".join(f"{k} {v:.3f}x" for k, v in sorted((gate.get("speedup") or {}).items()))
-                metric = data.get("policy", {}).get("speed_metric", "rtf")
-                lines.append(gate_line(name, gate, data.get("baseline_dir"), metric, speedup))
-        if self.benchmark_rows_left_out:
-            lines += wrap([f"pytest-benchmark's table leaves these {self.benchmark_rows_left_out} level(s) out: "
-                           "each is one round of its whole wall time there; its saved JSON keeps them"])
-        lines.append(f"evidence (requests.jsonl, wav/): {self._evidence_root}")
-        self._write_table(tr, "service", lines)
-
-
-def gate_line(name: str, gate: Mapping[str, Any], baseline_dir: str | None, metric: str, speedup: str) -> str:
-    """The service table's line per gated level: against which baseline run, or, without one, the reason (never
-    'against None')."""
-    if baseline_dir:
-        line = f"gate {name}: {gate['status']} against {baseline_dir}"
-    else:
-        reasons = gate.get("reasons") or []
-        line = f"gate {name}: {gate['status']}: {reasons[0] if reasons else 'no baseline run to compare with'}"
-    return line + (f"; speedup ({metric}): {speedup}" if speedup else "")
-
 
 SESSION_KEY = pytest.StashKey[S2STSession]()
 

@@ -14,7 +14,8 @@ ROOT = Path(pytest_s2st.__file__).parent
 PACKAGE = "pytest_s2st"
 PLUGIN_LAYER = {"pytest_s2st.plugin", "pytest_s2st.plugin_service", "pytest_s2st.session",
                 "pytest_s2st.benchmark_compat", "pytest_s2st.plugin_xdist", "pytest_s2st.plugin_versions",
-                "pytest_s2st.plugin_history", "pytest_s2st.plugin_benchmark", "pytest_s2st.hookspec"}
+                "pytest_s2st.plugin_history", "pytest_s2st.plugin_benchmark", "pytest_s2st.hookspec",
+                "pytest_s2st.terminal"}
 
 
 def _modules() -> dict[str, Path]:

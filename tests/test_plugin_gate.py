@@ -141,7 +141,7 @@ def test_gate_baseline_from_the_saved_run_that_benchmark_compare_names(pytester)
 
 def test_a_gate_without_a_baseline_says_why_not_against_none():
     """A gated level without a baseline run read 'gate ...: INCONCLUSIVE against None' (issue 32 item 7)."""
-    from pytest_s2st.session import gate_line
+    from pytest_s2st.terminal import gate_line
 
     why = "no baseline: set quality.baseline, --s2st-baseline or --benchmark-compare"
     line = gate_line("t[c1]", {"status": "INCONCLUSIVE", "reasons": [why]}, None, "rtf", "")
