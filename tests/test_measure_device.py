@@ -126,6 +126,7 @@ def _fake_torch(monkeypatch, attr: str, n_devices: int = 2):
         is_available=lambda: True,
         device_count=lambda: n_devices,
         current_device=lambda: 0,
+        set_device=lambda i: log.append(("set", i)),
         synchronize=lambda i=None: log.append(("sync", i)),
         reset_peak_memory_stats=lambda i=None: log.append(("reset", i)),
         max_memory_allocated=lambda i=None: 3 * MIB + MIB // 2,
@@ -149,7 +150,7 @@ def test_cuda_device_wiring_with_stand_in_torch(monkeypatch):
     d.synchronize()
     peak = d.peak_mib()
     assert peak.value == 3.5 and peak.method == "torch.cuda.max_memory_allocated"
-    assert log == [("reset", 1), ("sync", 1)]
+    assert log == [("set", 1), ("reset", 1), ("sync", 1)]  # cuda:1 made current: models built as "cuda" land there
     assert d.describe() == {"name": "cuda", "index": 1, "torch": "0.fake", "torch_device_name": "Fake cuda 1"}
     assert "only 2 cuda device(s) visible" in one_line_error("cuda:2")
     assert resolve_device("auto").torch_device == "cuda:0"

@@ -203,6 +203,9 @@ def _check_index(api, kind: str, index: int | None, asked: str) -> int:
         return api.current_device()
     if index >= count:
         raise S2STError(f"--s2st-device={asked}: only {count} {kind} device(s) visible")
+    # the pipelines place models by backend name (fairseq's .cuda(), .to("cuda")): the asked index becomes the
+    # process's current device, so the model runs where the clock synchronises and the peak is read
+    api.set_device(index)
     return index
 
 
