@@ -31,8 +31,10 @@ def pytest_s2st_row_measured(config: pytest.Config, item: pytest.Item, measureme
 
 @pytest.hookspec
 def pytest_s2st_session_ready(config: pytest.Config, rows: list[Record], verdicts: SessionVerdicts) -> None:
-    """The session's rows and verdicts are final (after the compare, the --s2st-summary files and the exit
-    status): the place for exports such as a CI job summary. Called once, on the controller under xdist.
+    """The session's rows and verdicts are final (after the compare and the --s2st-summary files, before the
+    exit status is set): the place for exports such as a CI job summary. Called once, on the controller under xdist.
+    An export that cannot write its file appends one line naming it to ``verdicts.not_written``: the session then
+    fails and lists it under "s2st files not written", as it does for its own files.
 
     ``rows``: a results.Record per s2st_benchmark row (name, nodeid, measurement as saved, verdict);
     ``verdicts``: results.SessionVerdicts (inconclusive tests, regressions, unchecked limits, files not written).

@@ -21,4 +21,5 @@ class SessionVerdicts:
     inconclusive: list[tuple[str, list[str]]]  # (nodeid, reasons) of every INCONCLUSIVE test
     regressions: list[str]  # --s2st-compare-fail limits crossed
     unchecked: list[str]    # --s2st-compare-fail limits that could not be checked (they fail too)
-    not_written: list[str]  # --s2st-summary files that could not be written
+    not_written: list[str]  # files that could not be written: --s2st-summary's, and an export's that appends here
+    #                         one line naming its file (the session then fails and lists it, as for its own)

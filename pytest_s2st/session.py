@@ -365,14 +365,15 @@ class S2STSession:
             self.unchecked = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
                               "so no limit was checked"]
         self._write_summary()
+        # an export that could not write its file says so in verdicts.not_written: it fails the session as ours do
+        verdicts = SessionVerdicts(list(self.inconclusive), list(self.regressions), list(self.unchecked),
+                                   self.not_written)
+        self.config.hook.pytest_s2st_session_ready(config=self.config, rows=self.records(), verdicts=verdicts)
         # a limit not checked fails as a crossed one does (a gate that could not look passes nothing)
         failing = bool(self.regressions or self.unchecked or self.not_written) or bool(
             self.inconclusive and self.option("strict"))
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        verdicts = SessionVerdicts(list(self.inconclusive), list(self.regressions), list(self.unchecked),
-                                   list(self.not_written))
-        self.config.hook.pytest_s2st_session_ready(config=self.config, rows=self.records(), verdicts=verdicts)
 
     def _write_summary(self) -> None:
         """The A/B tables as markdown: into --s2st-summary FILE, and appended to $GITHUB_STEP_SUMMARY (GitHub

@@ -126,3 +126,19 @@ def test_the_documented_example_writes_a_job_summary(pytester, monkeypatch):
                                    for line in lines[2:]), lines
     assert re.search(r"^measured on Python \d", result.stdout.str(), re.M)
     assert all(row["python"] for row in saved(pytester).values())
+
+
+def test_an_export_that_cannot_write_fails_the_session_naming_its_file(pytester):
+    """An export's failure is not a silent pass: it appends to verdicts.not_written, the session fails with
+    exit 1 and lists the line, the rows measured are still shown."""
+    pytester.makepyfile(test_bench=BENCHMARKS)
+    pytester.makeconftest('''
+def pytest_s2st_session_ready(config, rows, verdicts):
+    verdicts.not_written.append("job summary: /nowhere/summary.md not written (No such file or directory)")
+''')
+    result = pytester.runpytest(*FAST)
+    assert result.ret == 1
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*s2st files not written*", "job summary: /nowhere/summary.md not written*",
+                                 "*2 passed*1 not written*"])
+    assert "s2st: runtime per sample" in result.stdout.str()

@@ -15,7 +15,8 @@ PACKAGE = "pytest_s2st"
 PLUGIN_LAYER = {"pytest_s2st.plugin", "pytest_s2st.plugin_service", "pytest_s2st.session",
                 "pytest_s2st.benchmark_compat", "pytest_s2st.plugin_xdist", "pytest_s2st.plugin_versions",
                 "pytest_s2st.plugin_history", "pytest_s2st.plugin_benchmark", "pytest_s2st.hookspec",
-                "pytest_s2st.terminal"}
+                "pytest_s2st.terminal"} | {m for m in (
+    ".".join(p.relative_to(ROOT.parent).with_suffix("").parts) for p in ROOT.glob("plugin_*.py"))}
 
 
 def _modules() -> dict[str, Path]:
@@ -122,3 +123,16 @@ def test_no_test_module_imports_another():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not offenders, offenders
+
+
+def test_a_module_that_imports_pytest_is_pytest_glue():
+    """The core is pytest-free: a module importing pytest (at any depth, lazily too) is in PLUGIN_LAYER, or named
+    plugin_* (a new glue module is then judged as glue without editing this file)."""
+    glue = set()
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n == "pytest" or n.startswith("pytest.") or n.startswith("_pytest") for n in names):
+                glue.add(module)
+    assert glue - PLUGIN_LAYER == set(), sorted(glue - PLUGIN_LAYER)
