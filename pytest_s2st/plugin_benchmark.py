@@ -46,7 +46,8 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
 
 
 class S2STBenchmark:
-    """``s2st_benchmark(model, inputs, *, baseline=None, references=None)`` -> the row's Measurement."""
+    """``s2st_benchmark(model, inputs, *, baseline=None, references=None, ab_mode=None)`` -> the row's Measurement;
+    ``ab_mode``: how an A/B with ``baseline=`` times its rounds, a mode of ab.paired_modes() (None: in one process)."""
 
     def __init__(self, request: pytest.FixtureRequest, benchmark: Any):
         from .benchmark_compat import save_case_ids
@@ -57,10 +58,14 @@ class S2STBenchmark:
         self.state = session_of(request.config)
         self.case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
 
-    def __call__(self, pipeline: Any, dataset: Any, *, baseline: Any = None, references: Any = None) -> Any:
+    def __call__(self, pipeline: Any, dataset: Any, *, baseline: Any = None, references: Any = None,
+                 ab_mode: str | None = None) -> Any:
         state, case = self.state, self.case
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
+        if ab_mode is not None and baseline is None:
+            fail(S2STError(f"{self.node.nodeid}: s2st_benchmark(..., ab_mode={ab_mode!r}) times an A/B: it needs "
+                           "baseline="))
         versions = state.code_versions
         if versions is not None:  # pytest-benchmark times nothing here: its "fixture was not used" does not apply
             self.benchmark._mode = "s2st: timed by the code-version A/B"
@@ -78,6 +83,8 @@ class S2STBenchmark:
         benchmarked, benchmarked_baseline = pipeline, baseline
         pipeline, baseline, dataset, references = self._resolve(pipeline, baseline, dataset, references, own)
         settings, run_settings = _run_settings(self.request, case)
+        if ab_mode is not None:
+            run_settings.ab_mode = ab_mode
         if own and run_settings.isolate:
             run_settings.isolate_model = benchmarked
         if own and run_settings.instructions != "off":  # the valgrind child re-creates it from its pickle

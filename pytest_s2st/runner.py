@@ -21,7 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
-from .ab.inprocess import AB_MIN_PAIRS, PairedRounds, ab_record
+from .ab import paired_modes
+from .ab.inprocess import AB_MIN_PAIRS
+from .ab.mode import PairContext
+from .ab.record import IN_PROCESS
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
@@ -69,6 +72,7 @@ class RunSettings:
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
     ab_round_s: float = 0.1  # an A/B's round target (--s2st-ab-round-s; PairedRounds.calibrate)
+    ab_mode: str = IN_PROCESS  # how an A/B (baseline=) times its rounds: a mode of ab.MODES that pairs rounds
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
@@ -280,6 +284,11 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
 
         raise S2STError(f"an in-process A/B (s2st_benchmark(..., baseline=...)) times both sides under the warm "
                         f"runtime protocol; got --s2st-runtime-protocol {settings.runtime_protocol}")
+    if baseline is not None and settings.ab_mode not in paired_modes():
+        from .errors import S2STError
+
+        raise S2STError(f"s2st_benchmark(..., ab_mode={settings.ab_mode!r}): not an A/B mode chosen per test; "
+                        f"known: {', '.join(map(repr, paired_modes()))}")
     if settings.runtime_protocol not in PROTOCOLS:
         raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
@@ -347,7 +356,9 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
     paired = None
     if baseline is not None:
         base_stages, base_inputs = _measure_baseline(baseline, samples, settings, measurement, measurer)
-        paired = PairedRounds(rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat))
+        paired = paired_modes()[settings.ab_mode].pair(
+            rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat),
+            PairContext(pipeline, baseline, samples, settings))
         paired.calibrate(settings.ab_round_s)
     driven = paired or rounds
     if drive_timing is None:
@@ -408,7 +419,7 @@ def _measure_baseline(baseline, samples: Sequence[Any], settings: RunSettings, m
     return stages, stage_inputs
 
 
-def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str, settings: RunSettings,
+def _paired_runtime(measurement: Measurement, paired: Any, method: str, settings: RunSettings,
                     threads: Any) -> None:
     """The baseline's per-stage runtimes and the paired change (``info["ab"]``: what the A/B table and the
     runtime_s limit read)."""
@@ -416,7 +427,7 @@ def _paired_runtime(measurement: Measurement, paired: PairedRounds, method: str,
     for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
         metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
-    measurement.info["ab"] = ab_record(paired, settings.ab_round_s).to_dict()
+    measurement.info["ab"] = paired.record(settings.ab_round_s).to_dict()
 
 
 def _inputs_fingerprint(samples: Any) -> str | None:

@@ -111,3 +111,81 @@ def test_a_measurement_with_its_ab_record_comes_back_from_its_dict():
     assert back.to_dict() == m.to_dict() and record_of(back.to_dict()) == _toy_record()
     stage = m.stages[0]
     assert StageResult.from_dict(stage.to_dict()) == stage
+
+
+CHOSEN_MODE = '''
+import time
+
+from pytest_s2st.ab import ABMode, register
+from pytest_s2st.ab.inprocess import PairedRounds, ab_record
+
+
+class Reversed(PairedRounds):
+    """The in-process rounds, recorded under this mode's name."""
+
+    def record(self, round_s):
+        record = ab_record(self, round_s)
+        record.mode = "chosen (test)"
+        return record
+
+
+class Chosen(ABMode):
+    name = "chosen (test)"
+    legend = "ratio: the chosen mode's legend"
+
+    def title(self, record):
+        return "A/B the test chose"
+
+    def pair(self, candidate, baseline, context):
+        assert len(context.samples) == 2 and context.settings.ab_mode == self.name
+        return Reversed(candidate, baseline)
+
+
+register(Chosen())
+'''
+
+CHOOSING_TEST = '''
+import time
+
+
+def slow(x):
+    time.sleep(0.002)
+    return x
+
+
+def fast(x):
+    time.sleep(0.001)
+    return x
+
+
+def test_chosen(s2st_benchmark):
+    s2st_benchmark(slow, [1, 2], baseline=fast, ab_mode="chosen (test)")
+'''
+
+
+def test_a_test_chooses_a_registered_mode_and_the_runner_drives_its_rounds(pytester):
+    """A new mode is its module and a registry entry: the runner asks the mode for its paired rounds
+    (ABMode.pair), s2st_benchmark(..., ab_mode=NAME) chooses it, its table carries its title and legend."""
+    pytester.makeconftest(CHOSEN_MODE)
+    pytester.makepyfile(test_choose=CHOOSING_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--s2st-min-rounds=6", "--s2st-ab-round-s=0.01",
+                                "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*s2st: A/B the test chose*", "test_chosen*slower*", "ratio: the chosen mode's legend"])
+    assert "A/B in one process" not in result.stdout.str()
+    ab = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["ab"]
+    assert ab["mode"] == "chosen (test)" and ab["pairs"] >= 6 and 1.3 < ab["ratio"] < 3.0
+
+
+def test_an_unknown_or_session_wide_mode_is_one_line(pytester):
+    pytester.makepyfile(test_choose=CHOOSING_TEST.replace('"chosen (test)"', '"code versions"') + '''
+
+def test_no_baseline(s2st_benchmark):
+    s2st_benchmark(fast, [1], ab_mode="in one process")
+''')
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*s2st_benchmark(..., ab_mode='code versions'): not an A/B mode chosen per test; known: 'in one process'*",
+        "*test_no_baseline: s2st_benchmark(..., ab_mode='in one process') times an A/B: it needs baseline=*"])
+    assert "Traceback" not in result.stdout.str()

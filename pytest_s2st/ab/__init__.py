@@ -28,6 +28,11 @@ def register(mode: ABMode) -> None:
     MODES[mode.name] = mode
 
 
+def paired_modes() -> dict[str, ABMode]:
+    """The modes a test may choose (``s2st_benchmark(..., baseline=, ab_mode=NAME)``): those that pair rounds."""
+    return {name: mode for name, mode in MODES.items() if type(mode).pair is not ABMode.pair}
+
+
 def mode_of(record: ABRecord) -> ABMode:
     """The mode that wrote ``record``; a name no mode has reads as the in-process A/B (as before modes had names)."""
     return MODES.get(record.mode, MODES[IN_PROCESS])

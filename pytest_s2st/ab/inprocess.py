@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..rounds import TimedRounds, calls_per_round
-from .mode import ABMode
+from .mode import ABMode, PairContext
 from .record import IN_PROCESS, ABRecord
 
 AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
@@ -21,6 +21,9 @@ class InProcess(ABMode):
 
     def title(self, record: ABRecord) -> str:
         return "A/B in one process (baseline -> candidate)"
+
+    def pair(self, candidate: TimedRounds, baseline: TimedRounds, context: PairContext) -> "PairedRounds":
+        return PairedRounds(candidate, baseline)
 
 
 MODE = InProcess()
@@ -108,6 +111,9 @@ class PairedRounds:
                       else (self.baseline.round_totals, self.candidate.round_totals))
         n = min(len(cand), len(base))
         return compare_pairs(base[:n], cand[:n])
+
+    def record(self, round_s: float) -> ABRecord:
+        return ab_record(self, round_s)
 
 
 def ab_record(paired: PairedRounds, round_s: float) -> ABRecord:
