@@ -70,6 +70,34 @@ class RoundPolicy:
         return True
 
 
+class RoundProbe:
+    """A reading taken around every timed round, outside the clock, beside the run-queue wait: a counter the machine
+    keeps (package energy, ...) whose difference over a round is the round's share. Each probe fills one metric of
+    the table (``metric``: its name in metrics.py) per stage; every TimedRounds takes every probe of ROUND_PROBES.
+    A probe that cannot read (no such counter here) still answers, with a metric that says why (value None)."""
+
+    metric: str = ""
+
+    def read(self) -> Any:
+        """The counter now (anything ``between`` understands); cheap, never raises."""
+        raise NotImplementedError
+
+    def between(self, before: Any, after: Any) -> float | None:
+        """The round's amount from two readings; None when either is missing."""
+        raise NotImplementedError
+
+    def stage_metrics(self, per_round: Sequence[float | None], rounds: "TimedRounds") -> list[Metric]:
+        """One Metric per stage, per sample, from each round's amount (``rounds``: its calls, durations, totals)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """The rounds are over (files it holds open)."""
+
+
+# the probes every timed round takes, as factories (a probe may hold state per TimedRounds): one entry per probe
+ROUND_PROBES: list[Callable[[], RoundProbe]] = []
+
+
 class TimedRounds:
     """One round = one sample through every stage on its pre-generated inputs, each stage clocked.
 
@@ -99,9 +127,13 @@ class TimedRounds:
         self._queue = RunqueueClock()
         self._before: float | None = None
         self._marked = False
+        self.probes = [make() for make in ROUND_PROBES]
+        self.probed: dict[str, list[float | None]] = {p.metric: [] for p in self.probes}  # each round's amount
+        self._probes_before: list[Any] = []
 
     def mark(self) -> None:
-        """The next round starts: read the run-queue wait (outside the timed call)."""
+        """The next round starts: read the run-queue wait and the probes (outside the timed call)."""
+        self._probes_before = [p.read() for p in self.probes]
         self._before, self._marked = self._queue.read(), True
 
     def settle(self) -> None:
@@ -110,6 +142,8 @@ class TimedRounds:
             return
         now = self._queue.read()
         self.waits.append(now - self._before if now is not None and self._before is not None else None)
+        for probe, before in zip(self.probes, self._probes_before):
+            self.probed[probe.metric].append(probe.between(before, probe.read()))
         self._marked = False
 
     def setup(self, mark: bool = True):
@@ -127,6 +161,12 @@ class TimedRounds:
     def finish(self) -> None:
         self.settle()
         self._queue.close()
+        for probe in self.probes:
+            probe.close()
+
+    def probe_metrics(self) -> dict[str, list[Metric]]:
+        """{metric: one Metric per stage} of every probe (ROUND_PROBES) over the timed rounds."""
+        return {p.metric: p.stage_metrics(self.probed[p.metric], self) for p in self.probes}
 
     def run(self, index: int) -> None:
         """One round: ``calls`` samples from ``index`` on (the dataset cycled), each through every stage, each stage

@@ -381,6 +381,7 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
         metric.details["threads"] = threads
         metric.details["protocol"] = settings.runtime_protocol
         result.metrics["runtime_s"] = metric
+    _probe_metrics(measurement, rounds)
     if paired is not None:
         _paired_runtime(measurement, paired, method, settings, threads)
     # the runtime goes first in every stage's metrics, as in the table; a name the table lacks is refused, not dropped
@@ -427,7 +428,15 @@ def _paired_runtime(measurement: Measurement, paired: Any, method: str, settings
     for result, metric in zip(base.stages, paired.baseline.runtime_metrics(method)):
         metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
+    _probe_metrics(base, paired.baseline)
     measurement.info["ab"] = paired.record(settings.ab_round_s).to_dict()
+
+
+def _probe_metrics(measurement: Measurement, rounds: TimedRounds) -> None:
+    """What every round probe (rounds.ROUND_PROBES) read around the timed rounds, into each stage's metrics."""
+    for name, metrics in rounds.probe_metrics().items():
+        for result, metric in zip(measurement.stages, metrics):
+            result.metrics[name] = metric
 
 
 def _inputs_fingerprint(samples: Any) -> str | None:

@@ -162,3 +162,54 @@ def test_incremental_precision_equals_the_direct_formula(values, step):
         assert (got is None) == (want is None)
         if want is not None:
             assert got == pytest.approx(want, rel=1e-6, abs=1e-12)
+
+
+class CallCounter:
+    """A round probe over a counter the model itself moves (as a hardware counter would): the round's amount is
+    the calls made in it, so each stage's per-sample value is known by hand (1 call per sample and stage)."""
+
+    count = 0
+    metric = "calls_probe"
+
+    def read(self):
+        return CallCounter.count
+
+    def between(self, before, after):
+        return after - before
+
+    def stage_metrics(self, per_round, rounds):
+        from pytest_s2st.measure.record import Metric
+
+        stages = len(rounds.stages)
+        per_sample = sum(per_round) / len(per_round) / rounds.calls / stages
+        return [Metric(per_sample, "call counter", details={"rounds": len(per_round)}) for _ in range(stages)]
+
+    def close(self):
+        pass
+
+
+def test_a_round_probe_reads_around_every_timed_round_and_fills_its_metric(monkeypatch):
+    """A metric read around the timed rounds is a RoundProbe and an entry of rounds.ROUND_PROBES: the runner puts
+    its per-stage values into both sides of an A/B, with no other edit (the metric table knows its name)."""
+    from dataclasses import replace
+
+    from pytest_s2st import metrics, rounds
+    from pytest_s2st.measure.device import resolve_device
+    from pytest_s2st.pipelines.callable import from_function
+    from pytest_s2st.runner import RunSettings, measure_pipeline
+
+    monkeypatch.setitem(metrics.BY_NAME, "calls_probe", replace(metrics.BY_NAME["flops"], name="calls_probe"))
+    monkeypatch.setattr(rounds, "ROUND_PROBES", [CallCounter])
+
+    def model(x):
+        CallCounter.count += 1
+        return x
+
+    settings = RunSettings(device=resolve_device("cpu"), warmup=1, memory="off", flops="off", tensor_memory="off",
+                           min_rounds=6, ab_round_s=0.001)
+    m = measure_pipeline(from_function(model, "t"), [1, 2, 3], settings, case_id="probe",
+                         baseline=from_function(model, "b"))
+    for side in (m, m.baseline):
+        metric = side.stages[0].metrics["calls_probe"]
+        assert metric.value == 1.0 and metric.details["rounds"] >= 6, metric
+    assert m.to_dict()["stages"][0]["metrics"]["calls_probe"]["value"] == 1.0
