@@ -36,12 +36,9 @@ class SavedMetric:
 
     def to_dict(self) -> dict[str, Any]:
         """Metric.to_dict's shape: value and method, the reason and details when there are any."""
-        out: dict[str, Any] = {"value": self.value, "method": self.method}
-        if self.reason is not None:
-            out["reason"] = self.reason
-        if self.details:
-            out["details"] = dict(self.details)
-        return out
+        from .measure.record import Metric
+
+        return Metric(self.value, self.method, self.reason, dict(self.details)).to_dict()
 
     @property
     def usable(self) -> float | None:
