@@ -159,8 +159,8 @@ def test_run_settings_are_filled_from_the_table_by_field_name():
     from pytest_s2st.settings import BY_NAME
 
     given = {"device", "seed", "case", "fill_time", "isolate_model", "instructions_model", "instructions_baseline",
-             "start_rss_mib", "start_what"}
-    # ^ resolved or derived (the callables a child re-creates), not table settings
+             "start_rss_mib", "start_what", "ab_mode"}
+    # ^ resolved or derived (the callables a child re-creates; the A/B mode a call chooses), not table settings
     names = {f.name for f in fields(RunSettings)}
     assert names - given <= set(BY_NAME), names - given - set(BY_NAME)  # a field no setting fills
     settings = {name: BY_NAME[name].parse(text) for name, (text, _) in VALUES.items()}
