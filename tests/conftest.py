@@ -61,3 +61,13 @@ def _not_an_xdist_worker_inside(monkeypatch):
     workers: pytest-benchmark would read the inherited variable and disable itself there."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+def pytest_collection_finish(session):
+    """What collection imported (pytest, numpy, often torch and fairseq) is moved out of the garbage collector's
+    reach: every s2st_benchmark case starts with a full collection (its start RSS must not hold an earlier test's
+    garbage), and hundreds of in-process pytester sessions in one worker each rescanned these objects."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
