@@ -41,9 +41,12 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(if $(TORCH_INDEX),$(PY) -m pip install -q --index-url $(TORCH_INDEX) $(TORCH) || \
-	  { echo "$(TORCH_INDEX) cannot be reached: torch from PyPI (a CUDA build on Linux x86-64; it runs on CPU too)"; \
-	    $(PY) -m pip install -q $(TORCH); },$(PY) -m pip install -q $(TORCH))
+	# the index is asked once, 10 s at most: handed to pip unreachable, pip retries it 5 times for torch and for
+	# each of its 9 dependencies (78 s of a 3 min install where its name does not resolve)
+	$(if $(TORCH_INDEX),if $(PY) -c "import sys, urllib.request as r; r.urlopen(sys.argv[1], timeout=10).close()" \
+	  "$(TORCH_INDEX)/torch/" 2>/dev/null; then $(PY) -m pip install -q --index-url $(TORCH_INDEX) $(TORCH); else \
+	  echo "$(TORCH_INDEX) cannot be reached: torch from PyPI (a CUDA build on Linux x86-64; it runs on CPU too)"; \
+	  $(PY) -m pip install -q $(TORCH); fi,$(PY) -m pip install -q $(TORCH))
 	echo "$(TORCH)" > $(VENV)/constraints.txt
 	# fairseq-fixed is an sdist whose build requires torch: pip's isolated build environment would fetch one of
 	# its own (from PyPI a multi-GB CUDA build, whatever TORCH_INDEX says), so it is built against the venv's torch
