@@ -2,6 +2,8 @@
 # modules that register operators with it must not be dropped and re-imported between sessions
 # (that breaks with "SystemError: bad call flags" or duplicate registrations), so the parts of
 # torch the plugin touches are imported once here, before any inner session.
+import os
+
 import pytest
 import torch
 import torch.utils.flop_counter  # noqa: F401
@@ -54,6 +56,18 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.serial)
 
 
+# Third-party plugins the venv brings that no inner session uses: hypothesis's (it imports hypothesis, 0.8 s),
+# hydra's (fairseq's hydra-core) and anyio's. Loaded, they made a bare `pytest --co` take 2.0 s instead of 0.5 s,
+# and the suite starts hundreds of pytest processes (pytester's, the README's commands, xdist and A/B workers).
+UNUSED_PLUGINS = "-p no:hypothesispytest -p no:hydra_pytest -p no:anyio"
+
+
+def _without_unused_plugins(monkeypatch):
+    given = os.environ.get("PYTEST_ADDOPTS", "")
+    if UNUSED_PLUGINS not in given:
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{given} {UNUSED_PLUGINS}".strip())
+
+
 @pytest.fixture(autouse=True)
 def _not_an_xdist_worker_inside(monkeypatch):
     """Under `make test` (-n auto) this process is an xdist worker, and xdist says so in the environment
@@ -61,6 +75,15 @@ def _not_an_xdist_worker_inside(monkeypatch):
     workers: pytest-benchmark would read the inherited variable and disable itself there."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+    _without_unused_plugins(monkeypatch)
+
+
+@pytest.fixture
+def pytester(pytester, monkeypatch):
+    """pytest's own, after which the inner sessions leave the unused plugins out: pytester clears
+    PYTEST_ADDOPTS when it starts, so the autouse fixture's setting is put back."""
+    _without_unused_plugins(monkeypatch)
+    return pytester
 
 
 def pytest_collection_finish(session):
