@@ -68,14 +68,25 @@ def _without_unused_plugins(monkeypatch):
         monkeypatch.setenv("PYTEST_ADDOPTS", f"{given} {UNUSED_PLUGINS}".strip())
 
 
+@pytest.fixture(scope="session")
+def _suite_cache(tmp_path_factory):
+    """One $S2ST_CACHE_DIR for the whole suite, shared by the xdist workers (build_once locks and renames):
+    pytester gives each session its own HOME, so each session that collected the embedded demo built the tiny
+    models again in ~/.cache (12 s for a `pytest --co`). Tests of the cache itself set their own."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if base.name.startswith("popen-gw") else base) / "s2st-cache"
+
+
 @pytest.fixture(autouse=True)
-def _not_an_xdist_worker_inside(monkeypatch):
+def _not_an_xdist_worker_inside(monkeypatch, _suite_cache):
     """Under `make test` (-n auto) this process is an xdist worker, and xdist says so in the environment
     (PYTEST_XDIST_WORKER, ...). The sessions tests start (pytester, in-process or subprocess) are not
     workers: pytest-benchmark would read the inherited variable and disable itself there."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
     _without_unused_plugins(monkeypatch)
+    if not os.environ.get("S2ST_CACHE_DIR"):
+        monkeypatch.setenv("S2ST_CACHE_DIR", str(_suite_cache))
 
 
 @pytest.fixture

@@ -103,7 +103,7 @@ def test_readme_runs_as_written_and_its_outputs_are_real(tmp_path):
             body = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("make install"))
         script += [f"echo '@@block {i}@@'", body]
         runs.append(i)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH", "VIRTUAL_ENV"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH", "VIRTUAL_ENV", "S2ST_"))}
     env["COLUMNS"] = "200"  # pytest's table widths do not depend on the terminal of whoever runs the suite
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=1800)
