@@ -40,8 +40,7 @@ SERIAL_MODULES = {
     "test_service_client", "test_service_faults", "test_service_openai", "test_service_openai_faults",
     "test_service_hostile",  # hostile servers against 1-3 s timeouts and 20-40 s run bounds
     "test_measure_memory",  # the 1 ms RSS sampler must get a CPU within a 20 ms allocation window
-    "test_history_commits",  # 30-commit histories whose +2 % steps a busy machine's preemptions would drown
-}
+}  # not test_history_commits: its histories assert FLOPs alone (the clock's rates are tools/history_power.py's)
 
 
 def pytest_configure(config):
