@@ -26,6 +26,8 @@ EXTRAS ?= dev,fairseq,history,papi,quality,qwen
 # where that index cannot be reached, PyPI's. TORCH_INDEX= (empty): PyPI only
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 comma := ,
+# exits 0 when the URL answers within 10 s
+REACHABLE = $(PY) -c "import sys, urllib.request as r; r.urlopen(sys.argv[1], timeout=10).close()"
 STAMP := $(VENV)/.s2st-installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 TEST_WORKERS ?= auto
@@ -43,8 +45,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# the index is asked once, 10 s at most: handed to pip unreachable, pip retries it 5 times for torch and for
 	# each of its 9 dependencies (78 s of a 3 min install where its name does not resolve)
-	$(if $(TORCH_INDEX),if $(PY) -c "import sys, urllib.request as r; r.urlopen(sys.argv[1], timeout=10).close()" \
-	  "$(TORCH_INDEX)/torch/" 2>/dev/null; then $(PY) -m pip install -q --index-url $(TORCH_INDEX) $(TORCH); else \
+	$(if $(TORCH_INDEX),if $(REACHABLE) "$(TORCH_INDEX)/torch/" 2>/dev/null; then $(PY) -m pip install -q --index-url $(TORCH_INDEX) $(TORCH); else \
 	  echo "$(TORCH_INDEX) cannot be reached: torch from PyPI (a CUDA build on Linux x86-64; it runs on CPU too)"; \
 	  $(PY) -m pip install -q $(TORCH); fi,$(PY) -m pip install -q $(TORCH))
 	echo "$(TORCH)" > $(VENV)/constraints.txt
