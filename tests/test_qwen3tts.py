@@ -103,6 +103,17 @@ def test_build_refuses_a_non_empty_directory(tmp_path):
         qwen_tiny.build_tiny_qwen3tts(tmp_path)
 
 
+def test_a_relative_model_path_is_the_yaml_folders_whatever_the_working_directory(tmp_path, monkeypatch):
+    """stage1.path as the module's docstring promises: resolved against the YAML's folder, as fairseq's `path`
+    and every other file key are (it was left to the working directory)."""
+    (tmp_path / "cfg").mkdir()
+    yaml = tmp_path / "cfg" / "q.yaml"
+    yaml.write_text("general:\n  model_type: Qwen3TTS\nstage1:\n  path: ../models/qwen\n  manifest: m.json\n")
+    monkeypatch.chdir(tmp_path)  # from here ../models/qwen is another folder
+    stage = load_config(yaml, known_model_types=known_model_types()).stages[0]
+    assert stage["path"] == str(tmp_path / "models" / "qwen") and stage["manifest"] == str(tmp_path / "cfg" / "m.json")
+
+
 def test_config_carries_the_loader_constraints(tiny_dir):
     cfg = json.loads((tiny_dir / "config.json").read_text())
     assert cfg["model_type"] == "qwen3_tts" and cfg["tts_model_type"] == "custom_voice"

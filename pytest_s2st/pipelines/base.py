@@ -101,7 +101,7 @@ MODEL_TYPES: dict[str, ModelType] = {
     "2StageS2ST": replace(_FAIRSEQ, stages=(2, 2)),
     "3StageS2ST": replace(_FAIRSEQ, stages=(3, 3)),
     "HubertUnits": replace(_FAIRSEQ, stages=(1, 2)),
-    "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("manifest",), (1, 1), streaming=True),
+    "Qwen3TTS": ModelType("pytest_s2st.pipelines.qwen3tts:build", True, ("path", "manifest"), (1, 1), streaming=True),
 }
 
 KNOWN_MODEL_TYPES = tuple(MODEL_TYPES)
