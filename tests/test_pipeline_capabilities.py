@@ -149,3 +149,15 @@ def test_a_fairseq_tts_case_reads_a_text_dataset_of_id_and_text_through_pytest(p
     result.assert_outcomes(passed=1)
     row = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]
     assert row["metrics"]["runtime_s"]["value"] > 0
+
+
+def test_the_service_page_names_the_model_types_the_table_says_serve_speech():
+    """docs/service.md lists by hand which types a service test runs on; the MODEL_TYPES rows decide it."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "service.md").read_text()
+    sentence = page[page.index("runs on the cases a speech service can serve"):].split("\n\n", 1)[0]
+    named = set(re.findall(r"`(\w+)`", sentence.split("so they are left out")[0]))
+    speech = {name for name, row in base.MODEL_TYPES.items() if row.serves_speech is not False}
+    assert named == speech, (named, speech)
