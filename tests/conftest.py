@@ -77,12 +77,17 @@ def _suite_cache(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _not_an_xdist_worker_inside(monkeypatch, _suite_cache):
+def _not_an_xdist_worker_inside(monkeypatch):
     """Under `make test` (-n auto) this process is an xdist worker, and xdist says so in the environment
     (PYTEST_XDIST_WORKER, ...). The sessions tests start (pytester, in-process or subprocess) are not
     workers: pytest-benchmark would read the inherited variable and disable itself there."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _cheap_inner_sessions(monkeypatch, _suite_cache):
+    """What every session a test starts inherits: the unused plugins left out, the suite's one model cache."""
     _without_unused_plugins(monkeypatch)
     if not os.environ.get("S2ST_CACHE_DIR"):
         monkeypatch.setenv("S2ST_CACHE_DIR", str(_suite_cache))
