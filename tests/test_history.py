@@ -200,7 +200,7 @@ def test_two_sqlite_writers_at_once_lose_no_row(saved, tmp_path):
 
 
 def test_postgresql_keeps_what_sqlite_keeps_and_two_writers_lose_nothing(saved, tmp_path):
-    from pytest_s2st.history.site import judge
+    from pytest_s2st.history.judge import judge
 
     with postgres() as url:
         sqlite_db, pg_db = open_store(tmp_path / "h.sqlite"), open_store(url)

@@ -16,7 +16,8 @@ import pytest
 from helpers import BUSY_BENCH
 
 from pytest_s2st.cli import bisect as bisect_cli
-from pytest_s2st.history.site import judge, write_site
+from pytest_s2st.history.judge import judge
+from pytest_s2st.history.site import write_site
 from pytest_s2st.history.store import SeriesKey, open_store
 
 WIDTH = 100  # the model's output width: its FLOPs scale with it exactly, its CPU time about as much

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pytest_s2st.history.site import judge
+from pytest_s2st.history.judge import judge
 from pytest_s2st.history.store import SeriesKey, open_store
 
 MODEL = '''

@@ -79,7 +79,7 @@ def _site(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..history.site import judge
+    from ..history.judge import judge
     from ..history.store import open_store
 
     bad = 0

@@ -1,0 +1,52 @@
+"""One series judged: its change points and its window alerts, in the metric's bad direction (what the trend site
+draws and ``s2st-history check`` exits on)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..metrics import BY_NAME, HIGHER, NEITHER
+from .changes import Alert, ChangePoint, change_points, window_alerts
+from .store import Entry, SeriesKey
+
+
+@dataclass
+class Judged:
+    key: SeriesKey
+    entries: list[Entry]
+    values: list[float]          # the entries with a value, in order
+    valued: list[Entry]
+    changes: list[ChangePoint]
+    alerts: list[Alert]
+
+
+def higher_is_better(metric: str) -> bool:
+    definition = BY_NAME.get(metric)
+    return definition is not None and definition.better == HIGHER
+
+
+def has_direction(metric: str) -> bool:
+    definition = BY_NAME.get(metric)
+    return definition is not None and definition.better != NEITHER
+
+
+def standard_error(point: Any) -> float:
+    """A point's own standard error: its 95 % interval's half-width / 1.96 (0 without an interval)."""
+    if point.low is None or point.high is None:
+        return 0.0
+    return max(point.high - point.low, 0.0) / 2 / 1.96
+
+
+def judge(key: SeriesKey, entries: list[Entry], test: str = "t", boundary: float = 0.999,
+          window: int = 30) -> Judged:
+    valued = [e for e in entries if e.point.value is not None]
+    values = [float(e.point.value) for e in valued]  # type: ignore[arg-type]
+    better = higher_is_better(key.metric)
+    changes = change_points(values, better) if len(values) >= 6 else []
+    if not has_direction(key.metric):  # e.g. audio seconds: a change is shown, neither way is worse
+        changes = [dataclasses.replace(c, worse=False) for c in changes]
+    alerts = (window_alerts(values, test, boundary, window, better, standard_errors=[standard_error(e.point)
+                                                                                    for e in valued])
+              if has_direction(key.metric) else [])
+    return Judged(key, entries, values, valued, changes, alerts)
