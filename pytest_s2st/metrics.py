@@ -94,6 +94,7 @@ class MetricDef:
     table_stats: tuple[str, ...] = ()  # service: statistics shown in the service table
     help: str = ""
     better: str = ""                # LOWER or HIGHER is better (NEITHER: no limit may judge it); every row says
+    exact: bool = False             # deterministic: the same code gives the same value, so any change is a change
 
     def __post_init__(self) -> None:
         if self.better not in (LOWER, HIGHER, NEITHER):
@@ -130,13 +131,15 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("tensor_peak_mib", "tensor peak", "MiB", fmt_small_mib, INFERENCE,
               "dispatch pass (storages created by torch ops during the call, alive at once; measure/tensor_memory.py)",
               aggregate="max", comparable=True,
-              better=LOWER, help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
+              better=LOWER, exact=True,
+              help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
     MetricDef("flops", "FLOPs", "FLOPs", fmt_count, INFERENCE, "FLOPs pass (torch dispatch count or PAPI)",
-              aggregate="sum", comparable=True, show_method=True, better=LOWER, help="floating-point operations per sample"),
+              aggregate="sum", comparable=True, show_method=True, better=LOWER, exact=True,
+              help="floating-point operations per sample"),
     MetricDef("instructions", "instructions", "Ir", fmt_count, INFERENCE,
               "instruction pass (valgrind callgrind around the forward, in a child process; measure/instructions.py)",
-              aggregate="sum", comparable=True, show_method=True,
-              better=LOWER, help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
+              aggregate="sum", comparable=True, show_method=True, better=LOWER, exact=True,
+              help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
     # translation quality of the case's outputs (quality/translation.py), not per stage: no cascade aggregate
     MetricDef("bleu", "BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of the last text stage against the "
               "reference translations", budgetable=False, comparable=True,

@@ -321,7 +321,7 @@ def test_cli_imports_a_folder_writes_a_site_and_checks(saved, tmp_path, capsys):
     assert "0 run(s) added, 1 already kept" in capsys.readouterr().out
     assert cli.main(["--db", db, "check"]) == 1
     out = capsys.readouterr().out
-    assert "[total] runtime_s mean: the newest value" in out and "1 series past the window threshold" in out
+    assert "[total] runtime_s mean: FAIL: the newest value" in out and "1 of " in out and "series worse at the newest" in out
     assert cli.main(["--db", db, "site", str(tmp_path / "site")]) == 0
     assert (tmp_path / "site" / "index.html").is_file()
     assert cli.main(["--db", db, "import", str(tmp_path / "missing.json")]) == 2

@@ -3,8 +3,10 @@
     s2st-history import RUN.json|DIR ...    add saved runs (pytest-benchmark JSON, ours or plain; a folder: every
                                             *.json under it, as .benchmarks/ holds them)
     s2st-history site OUT                   write the static trend site
-    s2st-history check                      change points and window alerts of every series' newest run;
-                                            exit 1 when one is in the metric's bad direction
+    s2st-history check                      every series judged at its newest run: exit 1 when a change point in
+                                            the metric's bad direction within the last --window runs is still in
+                                            force, or the newest value is past the window threshold; exit 2 when
+                                            there is nothing to judge (no database, no run, no match)
     s2st-history links SITE_URL [NODEID...]  markdown links to the trend page of each test id (read from standard
                                             input when none is given, e.g. from pytest --collect-only -q): a pull
                                             request's job summary links to the history of every benchmark it ran
@@ -72,7 +74,7 @@ def _site(args: argparse.Namespace) -> int:
     from ..history.site import write_site
     from ..history.store import open_store
 
-    with open_store(args.db) as store:
+    with open_store(args.db, create=False) as store:
         pages = write_site(store, args.out, args.commit_url)
     print(f"s2st-history: {len(pages)} page(s) -> {args.out / 'index.html'}")
     return 0
@@ -82,27 +84,53 @@ def _check(args: argparse.Namespace) -> int:
     from ..history.judge import judge
     from ..history.store import open_store
 
-    bad = 0
-    with open_store(args.db) as store:
-        for key in store.keys(args.branch, args.machine):
+    bad = judged_count = 0
+    with open_store(args.db, create=False) as store:
+        if store.run_count() == 0:
+            raise S2STError(f"{show(str(args.db))}: the history holds no run: nothing to judge")
+        keys = [k for k in store.keys(args.branch, args.machine)
+                if args.benchmark is None or args.benchmark in k.benchmark]
+        if not keys:
+            asked = ", ".join(f"--{name} {show(value)}" for name, value in
+                              (("branch", args.branch), ("machine", args.machine), ("benchmark", args.benchmark))
+                              if value is not None)
+            raise S2STError(f"{show(str(args.db))}: no run matches {asked}: nothing to judge")
+        for key in keys:
             judged = judge(key, store.series(key, args.branch, args.machine), args.test, args.boundary, args.window)
+            if not judged.values:
+                continue
+            judged_count += 1
             newest = len(judged.values) - 1
             for change in judged.changes:
                 word = "worse" if change.worse else "better"
+                how = "exact" if change.p_value == 0 else f"p={change.p_value:.2g}"
                 print(f"{key.label()}: change point at run {change.index + 1} of {newest + 1}: {word} "
-                      f"x{change.ratio:.3f} (p={change.p_value:.2g})")
+                      f"x{change.ratio:.3f} ({how})")
+            failed = False
+            in_force = judged.in_force(args.window)
+            if in_force is not None:
+                failed = True
+                print(f"{key.label()}: FAIL: worse x{in_force.ratio:.3f} since run {in_force.index + 1} of "
+                      f"{newest + 1}, still in force at the newest run")
             alert = next((a for a in judged.alerts if a.index == newest), None)
             if alert is not None:
-                bad += 1
-                print(f"{key.label()}: the newest value {alert.value:.6g} is past the {args.test} threshold "
+                failed = True
+                print(f"{key.label()}: FAIL: the newest value {alert.value:.6g} is past the {args.test} threshold "
                       f"{alert.limit:.6g} over the last {alert.window} runs (mean {alert.baseline:.6g})")
-    print(f"s2st-history: {bad} series past the window threshold")
+            bad += failed
+    if not judged_count:
+        raise S2STError(f"{show(str(args.db))}: no series holds a measured value: nothing to judge")
+    print(f"s2st-history: {bad} of {judged_count} series worse at the newest run (a change point in the bad direction "
+          f"within the last {args.window} runs, or the newest value past the window threshold)")
     return 1 if bad else 0
 
 
 def _links(args: argparse.Namespace) -> int:
     from ..history.site import ALL, benchmark_page
 
+    scheme = args.site_url.split("://", 1)[0].lower() if "://" in args.site_url else ""
+    if scheme not in ("http", "https"):
+        raise S2STError(f"{show(args.site_url)}: the site URL must start with http:// or https://")
     ids = args.nodeids or [line.strip() for line in sys.stdin.read(1 << 20).splitlines()]
     ids = [i for i in ids if "::" in i]  # pytest --collect-only -q also prints a count line
     base = args.site_url.rstrip("/")
@@ -127,14 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     site.add_argument("out", type=path_arg)
     site.add_argument("--commit-url", help="a link for each point, with {commit} (e.g. "
                                            "https://github.com/OWNER/REPO/commit/{commit})")
-    check = sub.add_parser("check", help="change points, and the newest run of each series against its window")
+    check_help = ("exit 1 when a series is worse at its newest run: a change point in the bad direction within the "
+                  "last --window runs still in force, or the newest value past the window threshold; exit 2 when "
+                  "there is nothing to judge (no database, no run, nothing matching)")
+    check = sub.add_parser("check", help=check_help, description=check_help)
     check.add_argument("--branch")
     check.add_argument("--machine")
+    check.add_argument("--benchmark", help="only the benchmarks whose test id contains this text")
     check.add_argument("--test", choices=("t", "z", "percent"), default="t")
     check.add_argument("--boundary", type=_fraction, default=0.999,
                        help="t/z: the one-sided quantile past which a value fires (default 0.999); percent: the "
                             "fraction off the window's mean (0.05 = 5 %%)")
-    check.add_argument("--window", type=int_in(2, 10_000), default=30, help="runs of history judged against")
+    check.add_argument("--window", type=int_in(2, 10_000), default=30,
+                       help="runs of history judged against, and how recent a change point must be to fail")
     links = sub.add_parser("links", help="markdown links to each test id's trend page on the published site")
     links.add_argument("site_url", help="where the site is published, e.g. https://OWNER.github.io/REPO")
     links.add_argument("nodeids", nargs="*", help="test ids (default: read from standard input)")

@@ -1,15 +1,26 @@
 """Change points on one series, and the window threshold that judges a new value against its history.
 
 Change points: binary segmentation with the l2 cost (Scott & Knott; ``ruptures.Binseg(model="l2")`` is the same
-method) on the logarithm of the values, so a step is relative (+10 % reads the same at 1 ms and 1 s). The penalty is BIC-like, ``PENALTY * sigma**2 * ln(n)``, where sigma is the series' own
-noise: the median absolute successive difference (robust to the steps themselves, as a standard deviation).
-The runs' own scatter, not the intervals each run claims: a mean of 5 rounds claims +-35 % (README's example)
-where successive runs differ by 1-2 %, and a floor at the claimed interval hid a +10 % step. Each candidate is then kept only when the segments on either side differ by
-a Welch t-test at ``P_VALUE`` and by more than ``MIN_STEP``: PELT places steps, the test decides whether they
-are real. Why not a library: apache-otava (E-divisive) pins numpy 2.2 and pulls cloud clients; ruptures' PELT took
-7.6 s on one 1,000-run series here (pure-Python loops), so a site of 50 benchmarks x 14 series x 1,000 runs would
-take over an hour; with prefix sums one split is one numpy operation (tests/test_history.py holds the two methods'
-change points equal on seeded series).
+method) on the logarithm of the values, so a step is relative (+10 % reads the same at 1 ms and 1 s). The penalty is
+BIC-like, ``PENALTY * sigma**2 * ln(n)``, where sigma is the series' own noise: the median absolute successive
+difference (robust to the steps themselves, as a standard deviation). The runs' own scatter, not the intervals each
+run claims: a mean of 5 rounds claims +-35 % (README's example) where successive runs differ by 1-2 %, and a floor at
+the claimed interval hid a +10 % step. Binary segmentation places the candidates; each is then kept only when the
+segments on either side differ by a Welch t-test at ``P_VALUE`` and by more than ``MIN_STEP``. A candidate that fails
+is removed and its two segments merged before the others are tested again (weakest first): a creep split 3 runs
+apart leaves a short middle segment that fails on both sides, and dropping both splits lost the creep.
+Why not a library: apache-otava (E-divisive) pins numpy 2.2 and pulls cloud clients; ruptures' loops took 7.6 s on
+one 1,000-run series here, so a site of 50 benchmarks x 14 series x 1,000 runs would take over an hour; with prefix
+sums one split is one numpy operation (tests/test_history.py holds the two methods' candidates equal on seeded
+series).
+
+Exact metrics (FLOPs, instructions, tensor peak: ``MetricDef.exact``) have no noise to weigh: any change between
+two consecutive runs beyond ``EXACT_TOLERANCE`` is a change point, at any history length (``exact_changes``).
+
+Short histories (fewer than ``2 * MIN_SEGMENT`` runs, too short to segment): a split is a change point only when
+every value on one side is past every value on the other, their intervals do not overlap and the medians differ by
+more than ``SHORT_STEP`` (``short_changes``): a 4-commit history with one 1.2x slower commit shows it; a no-op commit
+whose run moved 2 % does not.
 
 Window threshold (Bencher's statistical threshold): a new value against the last ``window`` values of its
 series: a one-sided t-test (``t``: the value against the window's mean, scaled by its standard deviation and
@@ -29,6 +40,8 @@ PENALTY = 6.0
 P_VALUE = 0.001
 MIN_STEP = 0.005       # a relative step below 0.5 % is not called a change, whatever the test says
 MIN_SEGMENT = 3        # points on each side of a change point
+EXACT_TOLERANCE = 1e-6  # an exact metric's relative change below this is the float formatting, not a change
+SHORT_STEP = 0.05      # short histories: a step must exceed 5 % (runs of the same code on a shared runner move 3-8 %)
 TESTS = ("t", "z", "percent")
 
 
@@ -123,15 +136,61 @@ def change_points(values: Sequence[float], higher_is_better: bool = False,
         return []
     sigma = noise(series)
     bounds = [0] + _segments(np.asarray(series, dtype=float), penalty * sigma * sigma * math.log(n), MIN_SEGMENT) + [n]
+    while True:  # test every candidate against its neighbours' segments; drop the weakest failure, merge, test again
+        tested = [_tested(values, series, logs is not None, bounds[k - 1], bounds[k], bounds[k + 1])
+                  for k in range(1, len(bounds) - 1)]
+        failed = [(p, k) for k, (p, step) in enumerate(tested, start=1) if not (p < P_VALUE and step > MIN_STEP)]
+        if not failed:
+            break
+        del bounds[max(failed)[1]]
     out = []
-    for k in range(1, len(bounds) - 1):
-        left, right = series[bounds[k - 1]:bounds[k]], series[bounds[k]:bounds[k + 1]]
+    for k, (p, _) in enumerate(tested, start=1):
         before, after = median(values[bounds[k - 1]:bounds[k]]), median(values[bounds[k]:bounds[k + 1]])
-        step = abs(median(right) - median(left)) if logs is not None else abs(after - before) / (abs(before) or 1.0)
-        p = _welch_p(left, right)
-        if p < P_VALUE and step > MIN_STEP:
-            out.append(ChangePoint(bounds[k], before, after, p, (after < before) if higher_is_better else (after > before)))
+        out.append(ChangePoint(bounds[k], before, after, p, (after < before) if higher_is_better else (after > before)))
     return out
+
+
+def _tested(values: Sequence[float], series: Sequence[float], relative: bool, a: int, k: int, b: int) -> tuple[float, float]:
+    """The Welch p and the relative step between the segments [a, k) and [k, b)."""
+    left, right = series[a:k], series[k:b]
+    if relative:
+        step = abs(median(right) - median(left))
+    else:
+        before, after = median(values[a:k]), median(values[k:b])
+        step = abs(after - before) / (abs(before) or 1.0)
+    return _welch_p(left, right), step
+
+
+def exact_changes(values: Sequence[float], higher_is_better: bool = False,
+                  tolerance: float = EXACT_TOLERANCE) -> list[ChangePoint]:
+    """Every change of a deterministic count between consecutive runs (2 runs suffice); p is 0: nothing is noise."""
+    out = []
+    for i in range(1, len(values)):
+        before, after = values[i - 1], values[i]
+        if abs(after - before) > tolerance * max(abs(before), abs(after)):
+            out.append(ChangePoint(i, before, after, 0.0, (after < before) if higher_is_better else (after > before)))
+    return out
+
+
+def short_changes(values: Sequence[float], lows: Sequence[float | None], highs: Sequence[float | None],
+                  higher_is_better: bool = False, min_step: float = SHORT_STEP) -> list[ChangePoint]:
+    """A history too short to segment: the one split (if any) where the two sides are apart -- every value, and
+    every interval, on one side past those on the other -- by more than ``min_step`` between the medians."""
+    best: ChangePoint | None = None
+    for k in range(1, len(values)):
+        left, right = values[:k], values[k:]
+        left_hi = max(h if h is not None else v for v, h in zip(left, highs[:k]))
+        left_lo = min(lo if lo is not None else v for v, lo in zip(left, lows[:k]))
+        right_hi = max(h if h is not None else v for v, h in zip(right, highs[k:]))
+        right_lo = min(lo if lo is not None else v for v, lo in zip(right, lows[k:]))
+        if not (right_lo > left_hi or right_hi < left_lo):
+            continue
+        before, after = median(left), median(right)
+        step = abs(after - before) / (abs(before) or 1.0)
+        if step <= min_step or (best is not None and step <= abs(best.ratio - 1)):
+            continue
+        best = ChangePoint(k, before, after, 0.0, (after < before) if higher_is_better else (after > before))
+    return [best] if best is not None else []
 
 
 @functools.lru_cache(maxsize=4096)

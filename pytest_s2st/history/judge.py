@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..metrics import BY_NAME, HIGHER, NEITHER
-from .changes import Alert, ChangePoint, change_points, window_alerts
+from .changes import (MIN_SEGMENT, Alert, ChangePoint, change_points, exact_changes, short_changes,
+                      window_alerts)
 from .store import Entry, SeriesKey
 
 
@@ -19,6 +20,23 @@ class Judged:
     valued: list[Entry]
     changes: list[ChangePoint]
     alerts: list[Alert]
+    method: str = ""             # how the change points were found: EXACT, SHORT or SEGMENTED
+
+    def in_force(self, window: int) -> ChangePoint | None:
+        """The newest change point when it is worse and among the last ``window`` runs: the regression the newest
+        run still carries (what ``s2st-history check`` fails on)."""
+        last = self.changes[-1] if self.changes else None
+        return last if last is not None and last.worse and last.index >= len(self.values) - window else None
+
+
+EXACT = "exact: any change between two runs"
+SHORT = "short history: the sides apart by more than 5 %, intervals included"
+SEGMENTED = "binary segmentation, Welch p < 0.001"
+
+
+def is_exact(metric: str) -> bool:
+    definition = BY_NAME.get(metric)
+    return definition is not None and definition.exact
 
 
 def higher_is_better(metric: str) -> bool:
@@ -43,10 +61,16 @@ def judge(key: SeriesKey, entries: list[Entry], test: str = "t", boundary: float
     valued = [e for e in entries if e.point.value is not None]
     values = [float(e.point.value) for e in valued]  # type: ignore[arg-type]
     better = higher_is_better(key.metric)
-    changes = change_points(values, better) if len(values) >= 6 else []
+    if is_exact(key.metric):
+        changes, method = exact_changes(values, better), EXACT
+    elif len(values) < 2 * MIN_SEGMENT:
+        changes, method = short_changes(values, [e.point.low for e in valued], [e.point.high for e in valued],
+                                        better), SHORT
+    else:
+        changes, method = change_points(values, better), SEGMENTED
     if not has_direction(key.metric):  # e.g. audio seconds: a change is shown, neither way is worse
         changes = [dataclasses.replace(c, worse=False) for c in changes]
     alerts = (window_alerts(values, test, boundary, window, better, standard_errors=[standard_error(e.point)
                                                                                     for e in valued])
               if has_direction(key.metric) else [])
-    return Judged(key, entries, values, valued, changes, alerts)
+    return Judged(key, entries, values, valued, changes, alerts, method)

@@ -8,11 +8,14 @@ keyed by its document's hash, so importing the same file twice adds nothing.
 """
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import sqlite3
 from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ..errors import S2STError
 from ..inputs import show
@@ -74,10 +77,26 @@ class Store:
     _marker = "?"
     _id_type = ""
 
+    errors: tuple[type[BaseException], ...] = ()  # the driver's own errors: each becomes one line naming the store
+
     def __init__(self, conn: Any, where: str) -> None:
         self.conn = conn
         self.where = where
-        self._migrate()
+        with self._one_line("cannot prepare its tables"):
+            self._migrate()
+
+    @contextlib.contextmanager
+    def _one_line(self, doing: str) -> Iterator[None]:
+        """A database error (permission denied for schema public, a read-only file, a lost server) as one line that
+        names the store and what failed; the caller keeps what it had measured."""
+        try:
+            yield
+        except self.errors as exc:
+            text = str(exc).strip().splitlines()
+            why = text[0] if text else type(exc).__name__
+            if "readonly database" in why:  # SQLite's words for a file or folder this process may not write
+                why = "the history database is read-only here (its file or its folder)"
+            raise S2STError(f"{self.where}: {doing}: {why}") from None
 
     # --- dialect hooks ---------------------------------------------------------------------------
     def _begin_write(self, cur: Any) -> None:
@@ -125,6 +144,10 @@ class Store:
     # --- writing ---------------------------------------------------------------------------------
     def append(self, doc: Document) -> int | None:
         """Adds one run with its rows in one transaction; None when that run is already kept."""
+        with self._one_line("cannot append the run"):
+            return self._append(doc)
+
+    def _append(self, doc: Document) -> int | None:
         run = asdict(doc.run)
         cols = ", ".join(_col(f) for f in _RUN_FIELDS)
         marks = ", ".join("?" for _ in _RUN_FIELDS)
@@ -152,11 +175,12 @@ class Store:
 
     # --- reading ---------------------------------------------------------------------------------
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        cur = self.conn.cursor()
-        cur.execute(self._sql(sql), list(params))
-        rows = cur.fetchall()
-        self.conn.commit()  # ends the read transaction (PostgreSQL opens one for every statement)
-        return rows
+        with self._one_line("cannot read"):
+            cur = self.conn.cursor()
+            cur.execute(self._sql(sql), list(params))
+            rows = cur.fetchall()
+            self.conn.commit()  # ends the read transaction (PostgreSQL opens one for every statement)
+            return rows
 
     def _filters(self, branch: str | None, machine: str | None) -> tuple[str, list[Any]]:
         where, params = [], []
@@ -192,8 +216,7 @@ class Store:
         point_cols = ", ".join(f"p.{f}" for f in _POINT_FIELDS)
         rows = self._rows(f"SELECT r.id, {run_cols}, {point_cols} FROM s2st_points p JOIN s2st_runs r "
                           "ON r.id = p.run_id WHERE p.benchmark = ? AND p.part = ? AND p.metric = ? AND "
-                          f"p.statistic = ?{extra} ORDER BY COALESCE(r.commit_time, r.run_time), r.run_time, r.id",
-                          [key.benchmark, key.part, key.metric, key.statistic, *params])
+                          f"p.statistic = ?{extra}", [key.benchmark, key.part, key.metric, key.statistic, *params])
         out = []
         for row in rows:
             run_values = row[1:1 + len(_RUN_FIELDS)]
@@ -202,7 +225,7 @@ class Store:
                 run = Run(**{**asdict(run), "dirty": bool(run.dirty)})  # SQLite keeps booleans as 0/1
             point = Point(**dict(zip(_POINT_FIELDS, row[1 + len(_RUN_FIELDS):])))
             out.append(Entry(int(row[0]), run, point))
-        return out
+        return sorted(out, key=lambda e: (instant(e.run.commit_time or e.run.run_time), instant(e.run.run_time), e.run_id))
 
     def verdicts(self, benchmark: str) -> dict[int, list[Verdict]]:
         out: dict[int, list[Verdict]] = {}
@@ -212,8 +235,23 @@ class Store:
         return out
 
 
+def instant(text: str | None) -> float:
+    """An ISO 8601 time as seconds since the epoch, UTC: commit times carry their author's offset (+02:00, Z), so
+    compared as text a commit at 10:00+02:00 (08:00 UTC) sorts after one at 09:00Z. No offset: taken as UTC."""
+    if not text:
+        return math.inf
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return math.inf  # unreadable: after every readable time, in arrival order
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
 class SQLiteStore(Store):
     dialect = "sqlite"
+    errors = (sqlite3.Error,)
     _marker = "?"
     _id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
 
@@ -232,9 +270,11 @@ class SQLiteStore(Store):
             raise S2STError(f"{where}: cannot open the history database: {exc}") from None
         try:
             super().__init__(_SQLiteConnection(conn), where)
-        except sqlite3.DatabaseError as exc:
+        except S2STError as exc:
             conn.close()
-            raise S2STError(f"{where}: not a history database ({exc})") from None
+            if "file is not a database" in str(exc):
+                raise S2STError(f"{where}: not a history database (file is not a database)") from None
+            raise
 
     def _begin_write(self, cur: Any) -> None:
         cur.execute("BEGIN IMMEDIATE")  # the write lock now: two writers wait for each other instead of failing
@@ -267,11 +307,18 @@ class PostgresStore(Store):
     _id_type = "BIGSERIAL PRIMARY KEY"
 
     def __init__(self, url: str) -> None:
+        import urllib.parse
+
         where = _redacted(url)
+        try:
+            urllib.parse.urlsplit(url).port
+        except ValueError:
+            raise S2STError(f"{where}: the port is not a number from 0 to 65535") from None
         try:
             import psycopg
         except ImportError:
             raise S2STError(f"{where}: a PostgreSQL history needs psycopg: pip install 'pytest-s2st[history]'") from None
+        self.errors = (psycopg.Error,)
         try:
             conn = psycopg.connect(url, connect_timeout=int(WAIT_S))
         except psycopg.Error as exc:
@@ -296,7 +343,9 @@ def _redacted(url: str) -> str:
     return show(urllib.parse.urlunsplit(parts._replace(netloc=netloc)))
 
 
-def open_store(url: str | os.PathLike | None = None) -> Store:
+def open_store(url: str | os.PathLike | None = None, create: bool = True) -> Store:
+    """The store at ``url``; ``create=False`` (reading: check, site) refuses a file that is not there instead of
+    creating an empty history that every gate would then read as "nothing past its threshold"."""
     text = os.fspath(url) if url is not None else DEFAULT_PATH
     if text.startswith(("postgresql://", "postgres://")):
         return PostgresStore(text)
@@ -306,5 +355,7 @@ def open_store(url: str | os.PathLike | None = None) -> Store:
         raise S2STError(f"{show(text)}: a history is a file path, sqlite:///PATH or postgresql://...")
     if not text or "\0" in text or "\n" in text:
         raise S2STError(f"{show(text)}: not a usable path for the history database")
+    if not create and not Path(text).exists():
+        raise S2STError(f"{show(text)}: no history database there (--s2st-history or s2st-history import creates one)")
     return SQLiteStore(Path(text))
 
