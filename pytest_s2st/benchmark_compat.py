@@ -8,7 +8,7 @@ no-comparison; tests/test_benchmark_compat.py fails loudly on such a release.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import S2STError
 
@@ -121,6 +121,19 @@ def session_document(config: Any) -> dict[str, Any] | None:
                                                           machine_info=session.get_machine_info(),
                                                           commit_info=commit_info)
     return json.loads(safe_dumps(document))
+
+
+def record_rounds(benchmark: Any, rounds: Sequence[float]) -> None:
+    """The fixture's row from rounds timed elsewhere (the code-version A/B's head, in its worker processes): its
+    Stats filled through the fixture's own _make_stats, so the table, --benchmark-json, --benchmark-save,
+    --benchmark-compare and the history see the head's rounds as if this process had timed them."""
+    if not rounds:
+        return
+    if not hasattr(benchmark, "_make_stats"):
+        raise _changed("BenchmarkFixture._make_stats")
+    stats = benchmark._make_stats(1)
+    for duration in rounds:
+        stats.update(float(duration))
 
 
 def absorb_benchmarks(config: Any, rows: list[dict[str, Any]]) -> None:

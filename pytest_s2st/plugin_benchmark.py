@@ -74,6 +74,9 @@ class S2STBenchmark:
             measurement.info["identity"] = f"{self.node.path.name}::{self.node.name}"
             state.add_measurement(self.node, measurement)
             self._save(measurement)
+            from .benchmark_compat import record_rounds
+
+            record_rounds(self.benchmark, versions.head_rounds(self.node))  # the head's row: JSON, history, compare
             return measurement
         if versions is not None:
             baseline = None  # a code-version worker times its own tree's model; the other side is the baseline

@@ -54,6 +54,7 @@ class VersionsController:
         self.start = Path(config.invocation_params.dir)
         self.worktree = Worktree(self.start, ref)
         self.driver: Any = None
+        self.compared: dict[str, Any] = {}  # each benchmark's Compared: the head's rounds become its pytest-benchmark row
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from .versions.driver import Driver, worker_args
@@ -80,6 +81,7 @@ class VersionsController:
         if self.driver is None:
             fail(f"--s2st-ab-base {self.ref}: no worker runs {item.nodeid}")
         compared = self.driver.compare(item.nodeid)
+        self.compared[item.nodeid] = compared
         if compared.missing is not None:
             measurement = Measurement(item.name, "?")
             measurement.baseline = Measurement(f"{item.name} baseline", "?")
@@ -89,6 +91,11 @@ class VersionsController:
         measurement.info["ab"] = ab_record(compared, self.ref, self.worktree.sha, self.worktree.head_sha,
                                            self.state.option("ab_round_s")).to_dict()
         return measurement
+
+    def head_rounds(self, item: pytest.Item) -> list[float]:
+        """The head's timed rounds of every worker pair (wall seconds per sample): its pytest-benchmark row."""
+        compared = self.compared.get(item.nodeid)
+        return [r for _, head in (compared.sets if compared is not None else ()) for r in head]
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.close()

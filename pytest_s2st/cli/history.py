@@ -81,7 +81,7 @@ def _site(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..history.judge import judge
+    from ..history.judge import absolute_key, judge
     from ..history.store import open_store
 
     bad = judged_count = 0
@@ -96,7 +96,9 @@ def _check(args: argparse.Namespace) -> int:
                               if value is not None)
             raise S2STError(f"{show(str(args.db))}: no run matches {asked}: nothing to judge")
         for key in keys:
-            judged = judge(key, store.series(key, args.branch, args.machine), args.test, args.boundary, args.window)
+            anchor = absolute_key(key)
+            judged = judge(key, store.series(key, args.branch, args.machine), args.test, args.boundary, args.window,
+                           store.series(anchor, args.branch, args.machine) if anchor else None)
             if not judged.values:
                 continue
             judged_count += 1
@@ -104,8 +106,9 @@ def _check(args: argparse.Namespace) -> int:
             for change in judged.changes:
                 word = "worse" if change.worse else "better"
                 how = "exact" if change.p_value == 0 else f"p={change.p_value:.2g}"
-                print(f"{key.label()}: change point at run {change.index + 1} of {newest + 1}: {word} "
-                      f"x{change.ratio:.3f} ({how})")
+                where = f"runs {change.index + 1}-{change.last + 1}" if change.last not in (None, change.index) \
+                    else f"run {change.index + 1}"
+                print(f"{key.label()}: change point at {where} of {newest + 1}: {word} x{change.ratio:.3f} ({how})")
             failed = False
             in_force = judged.in_force(args.window)
             if in_force is not None:

@@ -52,6 +52,7 @@ class ChangePoint:
     after: float         # median of the segment after
     p_value: float
     worse: bool          # in the metric's bad direction
+    last: int | None = None  # a gradual change (the chained series): the last run of it
 
     @property
     def ratio(self) -> float:

@@ -9,6 +9,8 @@ from typing import Any
 from ..metrics import BY_NAME, HIGHER, NEITHER
 from .changes import (MIN_SEGMENT, Alert, ChangePoint, change_points, exact_changes, short_changes,
                       window_alerts)
+from .chain import Link, chain
+from .records import PAIRED
 from .store import Entry, SeriesKey
 
 
@@ -20,18 +22,21 @@ class Judged:
     valued: list[Entry]
     changes: list[ChangePoint]
     alerts: list[Alert]
-    method: str = ""             # how the change points were found: EXACT, SHORT or SEGMENTED
+    method: str = ""             # how the change points were found: EXACT, SHORT, SEGMENTED or CHAINED
+    band: tuple[list[float], list[float]] | None = None  # the values' own band where it is not the points' interval
 
     def in_force(self, window: int) -> ChangePoint | None:
         """The newest change point when it is worse and among the last ``window`` runs: the regression the newest
         run still carries (what ``s2st-history check`` fails on)."""
         last = self.changes[-1] if self.changes else None
-        return last if last is not None and last.worse and last.index >= len(self.values) - window else None
+        recent = last is not None and max(last.index, last.last or 0) >= len(self.values) - window
+        return last if recent and last.worse else None
 
 
 EXACT = "exact: any change between two runs"
 SHORT = "short history: the sides apart by more than 5 %, intervals included"
 SEGMENTED = "binary segmentation, Welch p < 0.001"
+CHAINED = "paired ratios against the parent, chained; a change is a stretch of commits whose ratios multiply past chance"
 
 
 def is_exact(metric: str) -> bool:
@@ -56,11 +61,23 @@ def standard_error(point: Any) -> float:
     return max(point.high - point.low, 0.0) / 2 / 1.96
 
 
+def absolute_key(key: SeriesKey) -> SeriesKey | None:
+    """The absolute series a paired-ratio series is anchored to (the head's mean, same benchmark and part)."""
+    return SeriesKey(key.benchmark, key.part, key.metric, "mean") if key.statistic == PAIRED else None
+
+
 def judge(key: SeriesKey, entries: list[Entry], test: str = "t", boundary: float = 0.999,
-          window: int = 30) -> Judged:
+          window: int = 30, anchor: list[Entry] | None = None) -> Judged:
+    """``anchor``: for a paired-ratio series, the absolute series (``absolute_key``) its chain is anchored to."""
     valued = [e for e in entries if e.point.value is not None]
     values = [float(e.point.value) for e in valued]  # type: ignore[arg-type]
     better = higher_is_better(key.metric)
+    if key.statistic == PAIRED:
+        absolute = {e.run_id: e.point.value for e in anchor or ()}
+        chained = chain([Link(e.run.commit, e.run.base_commit, v, e.point.low, e.point.high, absolute.get(e.run_id))
+                         for e, v in zip(valued, values)], better)
+        return Judged(key, entries, chained.values, valued, chained.changes, [], CHAINED,
+                      (chained.lows, chained.highs))
     if is_exact(key.metric):
         changes, method = exact_changes(values, better), EXACT
     elif len(values) < 2 * MIN_SEGMENT:

@@ -40,6 +40,8 @@ class Run:
     python: str | None = None
     torch: str | None = None
     source: str | None = None  # the file it came from, or "session"
+    base_commit: str | None = None  # --s2st-ab-base: the commit each paired ratio of this run is against
+    subject: str | None = None      # the commit's subject line, where the session could read it
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,8 @@ def _metric_points(benchmark: str, part: str, metrics: Any) -> list[Point]:
 
 
 OWN_MEAN = "own mean"
+PAIRED = "paired ratio"  # head/base runtime of a code-version A/B: its own series, chained over the commits
+PAIRED_MODE = "code versions"
 OWN_METHOD = "mean of the rounds less each round's run-queue wait (measure/runqueue.py)"
 
 
@@ -186,6 +190,32 @@ def _plain_points(benchmark: str, stats: Any) -> list[Point]:
                   rounds if isinstance(rounds, int) else None, "pytest-benchmark stats (mean, t-based 95% interval)")]
 
 
+def _paired_points(benchmark: str, ab: Any) -> list[Point]:
+    """The code-version A/B's paired head/base runtime ratio with its 95 % interval: on a shared runner the precise
+    reading of what this commit changed (the absolute means of separate runs move 3-8 %)."""
+    if not isinstance(ab, Mapping) or ab.get("mode") != PAIRED_MODE:
+        return []
+    ratio, low, high = (finite(ab.get(k)) for k in ("ratio", "low", "high"))
+    if ratio is None or ratio <= 0:
+        return [Point(benchmark, TOTAL, "runtime_s", None, PAIRED, reason=_text(ab.get("missing") or ab.get("word")
+                                                                                  or "no paired ratio"))]
+    if low is None or high is None or not 0 < low <= ratio <= high:
+        low = high = None
+    pairs = ab.get("pairs")
+    return [Point(benchmark, TOTAL, "runtime_s", ratio, PAIRED, low, high,
+                  pairs if isinstance(pairs, int) and not isinstance(pairs, bool) else None, _text(ab.get("method")))]
+
+
+def _base_commit(rows: list[Any]) -> str | None:
+    for row in rows:
+        extra = row.get("extra_info") if isinstance(row, Mapping) else None
+        s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
+        ab = s2st.get("ab") if isinstance(s2st, Mapping) else None
+        if isinstance(ab, Mapping) and ab.get("mode") == PAIRED_MODE and isinstance(ab.get("base_sha"), str):
+            return _text(ab["base_sha"])
+    return None
+
+
 def _verdicts(benchmark: str, block: Mapping[str, Any]) -> list[Verdict]:
     out = []
     verdict = block.get("verdict")
@@ -213,6 +243,7 @@ def _benchmark_rows(row: Any) -> tuple[list[Point], list[Verdict]]:
             if isinstance(stage, Mapping) and isinstance(stage.get("name"), str):
                 points += _metric_points(name, _text(stage["name"]), stage.get("metrics"))
         verdicts += _verdicts(name, s2st)
+        points += _paired_points(name, s2st.get("ab"))
     elif isinstance(service, Mapping):
         points += _service_points(name, service)
         verdicts += _verdicts(name, service)
@@ -248,7 +279,8 @@ def from_document(doc: Any, where: str, source: str | None = None) -> Document:
               branch=_branch(commit.get("branch")), commit_time=_text(commit.get("time")),
               dirty=dirty if isinstance(dirty, bool) else None, arch=_text(machine.get("machine")),
               cpu=_text(cpu.get("brand_raw")), python=_text(machine.get("python_version")),
-              torch=_torch_version(doc["benchmarks"]), source=_text(source))
+              torch=_torch_version(doc["benchmarks"]), source=_text(source),
+              base_commit=_base_commit(doc["benchmarks"]), subject=_text(commit.get("subject")))
     out = Document(run)
     for row in doc["benchmarks"]:
         points, verdicts = _benchmark_rows(row)

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from ..metrics import BY_NAME
 from ..runs import safe_name
 from .changes import ChangePoint
-from .judge import Judged, judge
+from .judge import Judged, absolute_key, judge
 from .records import TOTAL, Verdict
 from .store import SeriesKey, Store
 
@@ -71,8 +71,11 @@ def chart(judged: Judged, verdicts: dict[int, list[Verdict]], commit_url: str | 
     valued, values, metric = judged.valued, judged.values, judged.key.metric
     if not values:
         return "<p>no value measured in this series (n/a every run)</p>"
-    lows = [e.point.low if e.point.low is not None else v for e, v in zip(valued, values)]
-    highs = [e.point.high if e.point.high is not None else v for e, v in zip(valued, values)]
+    if judged.band is not None:
+        lows, highs = judged.band
+    else:
+        lows = [e.point.low if e.point.low is not None else v for e, v in zip(valued, values)]
+        highs = [e.point.high if e.point.high is not None else v for e, v in zip(valued, values)]
     y = _scale(min(lows), max(highs))
     step = (WIDTH - 2 * PAD) / max(1, len(values) - 1)
     x = [PAD + i * step for i in range(len(values))]
@@ -194,7 +197,9 @@ def write_site(store: Store, out: str | os.PathLike, commit_url: str | None = No
             verdicts = store.verdicts(bench)
             charts, page_name = [], benchmark_page(view.name, bench).rsplit("/", 1)[1]
             for key in keys:
-                judged = judge(key, store.series(key, view.branch, view.machine))
+                anchor = absolute_key(key)
+                judged = judge(key, store.series(key, view.branch, view.machine),
+                               anchor=store.series(anchor, view.branch, view.machine) if anchor else None)
                 if not judged.entries:
                     continue
                 latest = _fmt(key.metric, judged.values[-1]) if judged.values else "n/a"

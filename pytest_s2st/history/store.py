@@ -48,6 +48,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TABLE s2st_verdicts (run_id BIGINT NOT NULL REFERENCES s2st_runs(id), benchmark TEXT NOT NULL,"
         " kind TEXT NOT NULL, verdict TEXT NOT NULL, detail TEXT NOT NULL)",
     ),
+    (  # the A/B's base commit (a paired ratio's other side) and the commit's subject line (the trend page's hover)
+        "ALTER TABLE s2st_runs ADD COLUMN base_commit TEXT",
+        "ALTER TABLE s2st_runs ADD COLUMN subject TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

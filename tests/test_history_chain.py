@@ -1,0 +1,98 @@
+"""The chained series: paired ratios multiplied along the commits, anchored to the absolute values, and its changes
+read from the ratios -- on hand-made ratio histories with known intervals, and on a real one: pytest sessions of
+--s2st-ab-base HEAD~1 over commits of a git repository, kept with --s2st-history, as the CI recipe runs them."""
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+
+import pytest
+
+from test_code_versions import BENCH, MODEL, _git, _repo, _run
+
+from pytest_s2st.cli import history as cli
+from pytest_s2st.history.chain import Link, chain
+from pytest_s2st.history.judge import absolute_key, judge
+from pytest_s2st.history.records import PAIRED
+from pytest_s2st.history.store import SeriesKey, open_store
+
+
+def _links(kind: str, seed: int, n: int = 30, se: float = 0.003, true_se: float | None = None) -> list[Link]:
+    """A +10 % commit at 10, a +2 % x 5 creep at 20-24 (1-based), the rest A/A; each ratio's interval +-1.96 se."""
+    rng, out, parent = random.Random(seed), [], "c0"
+    for i in range(1, n + 1):
+        true = 1.0
+        if kind in ("step", "both") and i == 10:
+            true = 1.10
+        if kind in ("creep", "both") and 20 <= i <= 24:
+            true = 1.02
+        r = true * math.exp(rng.gauss(0, true_se or se))
+        out.append(Link(f"c{i}", parent, r, r * math.exp(-1.96 * se), r * math.exp(1.96 * se), 0.01))
+        parent = f"c{i}"
+    return out
+
+
+@pytest.mark.parametrize("se", [0.003, 0.005])
+def test_a_step_is_found_at_its_commit_a_creep_as_one_change_and_aa_gives_none(se):
+    steps = [chain(_links("step", s, se=se)).changes for s in range(100)]
+    assert all([(c.index, c.last) for c in found] == [(9, 9)] for found in steps)
+    assert all(found[0].worse and found[0].ratio == pytest.approx(1.10, abs=0.02) for found in steps)
+    creeps = [chain(_links("creep", s, se=se)).changes for s in range(100)]
+    assert sum(any(c.index <= 20 and c.last >= 22 and c.ratio > 1.07 for c in found) for found in creeps) >= 95
+    assert sum(bool(chain(_links("aa", s, se=se)).changes) for s in range(100)) == 0
+
+
+def test_intervals_that_claim_too_much_are_widened_by_the_ratios_own_scatter():
+    """Ratios scattered twice as wide as their intervals say: A/A alarms stay rare; the +10 % step is still found."""
+    assert sum(bool(chain(_links("aa", s, true_se=0.006)).changes) for s in range(100)) <= 1
+    assert sum(any(c.index == 9 for c in chain(_links("step", s, true_se=0.006)).changes) for s in range(100)) == 100
+
+
+def test_the_chain_multiplies_the_ratios_and_is_anchored_to_the_absolute_values():
+    links = [Link("a", "root", 1.0, absolute=2.0), Link("b", "a", 1.1, absolute=2.4), Link("c", "b", 1.0, absolute=2.0)]
+    done = chain(links)
+    # relative levels 1, 1.1, 1.1; anchored: geometric mean equal to the absolute one's (2.0 * 2.4 * 2.0) ** (1/3)
+    assert done.values[1] / done.values[0] == pytest.approx(1.1) and done.values[2] == pytest.approx(done.values[1])
+    assert math.prod(done.values) == pytest.approx(2.0 * 2.4 * 2.0)
+    assert done.pieces == [(0, 3)]
+    # a run measured against a commit that is not its predecessor starts a new piece
+    assert chain(links[:2] + [Link("d", "zzz", 1.0, absolute=2.0)]).pieces == [(0, 2), (2, 3)]
+
+
+def test_the_band_accumulates_the_ratios_uncertainty():
+    se = 0.01
+    links = [Link(f"c{i}", f"c{i - 1}", 1.0, math.exp(-1.96 * se), math.exp(1.96 * se)) for i in range(1, 5)]
+    done = chain(links)
+    width = [math.log(h / v) / 1.96 for h, v in zip(done.highs, done.values)]
+    per = math.hypot(se, 0.002)
+    assert width == pytest.approx([per * math.sqrt(k) for k in range(1, 5)], rel=1e-6)
+
+
+# --- a real history: pytest --s2st-ab-base HEAD~1 --s2st-history on each commit ----------------------------------
+
+def test_a_real_chain_of_ab_sessions_keeps_each_ratio_against_its_parent_and_check_fails_on_the_slower_commit(
+        tmp_path):
+    repo = _repo(tmp_path / "repo", {"model.py": MODEL.format(delay=0.002), "test_bench.py": BENCH})
+    db = tmp_path / "h.sqlite"
+    ab = ("--s2st-ab-base", "HEAD~1", "--s2st-ab-pairs", "1", "--s2st-min-rounds", "6", "--s2st-ab-round-s", "0.01",
+          f"--s2st-history={db}")
+    shas = [_git(repo, "rev-parse", "HEAD").strip()]
+    for message, delay in (("a comment", 0.002), ("the slower model", 0.003)):
+        (repo / "model.py").write_text(MODEL.format(delay=delay) + f"# {message}\n")
+        _git(repo, "commit", "-qam", message)
+        shas.append(_git(repo, "rev-parse", "HEAD").strip())
+        done = _run(repo, *ab)
+        assert "kept in" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+    with sqlite3.connect(db) as conn:
+        runs = conn.execute("SELECT commit_id, base_commit, subject FROM s2st_runs ORDER BY id").fetchall()
+    assert runs == [(shas[1], shas[0], "a comment"), (shas[2], shas[1], "the slower model")]
+    key = SeriesKey("test_bench.py::test_model", "total", "runtime_s", PAIRED)
+    with open_store(db) as store:
+        entries = store.series(key)
+        assert [e.point.value for e in entries] == [pytest.approx(1.0, abs=0.1), pytest.approx(1.5, abs=0.15)]
+        assert all(e.point.low <= e.point.value <= e.point.high and e.point.low < e.point.high for e in entries)
+        judged = judge(key, entries, anchor=store.series(absolute_key(key)))
+    assert [(c.index, c.worse) for c in judged.changes] == [(1, True)]
+    assert judged.values[1] / judged.values[0] == pytest.approx(entries[1].point.value)  # the chain steps by the ratio
+    assert cli.main(["--db", str(db), "check"]) == 1
