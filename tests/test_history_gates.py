@@ -228,3 +228,28 @@ def test_a_postgresql_error_after_connecting_is_one_line_naming_the_server(tmp_p
             open_store(url.replace(f"://{user}@", "://reader@"))
         assert "cannot prepare its tables: permission denied for schema public" in str(err.value)
         assert "\n" not in str(err.value) and "reader@" in str(err.value)
+
+
+def test_the_welch_p_is_scipys():
+    from scipy import stats
+
+    from pytest_s2st.history.changes import _welch_p
+
+    rng = random.Random(1)
+    for _ in range(50):
+        a = [rng.gauss(0, 1) for _ in range(rng.randint(3, 30))]
+        b = [rng.gauss(0.5, 2) for _ in range(rng.randint(3, 30))]
+        assert _welch_p(a, b) == pytest.approx(float(stats.ttest_ind(a, b, equal_var=False).pvalue), rel=1e-9)
+
+
+@pytest.mark.parametrize("test, boundary", [("t", 0.999), ("t", 0.9), ("z", 0.99), ("percent", 0.02)])
+def test_the_fast_window_alerts_are_the_one_by_one_judgements(test, boundary):
+    rng = random.Random(5)
+    for seed in range(20):
+        values = [math.exp(rng.gauss(0, 0.02) + (0.1 if i > 60 else 0) + (0.5 if i == 30 else 0)) for i in range(120)]
+        ses = [abs(rng.gauss(0, 0.01)) for _ in values]
+        slow = [a for i in range(5, len(values))
+                if (a := window_alert(values[:i], values[i], i, test, boundary, 30, False, ses[i])) is not None]
+        assert changes.window_alerts(values, test, boundary, 30, standard_errors=ses) == slow
+        assert changes.window_alerts(values, test, boundary, 30) == [
+            a for i in range(5, len(values)) if (a := window_alert(values[:i], values[i], i, test, boundary, 30))]

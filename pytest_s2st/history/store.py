@@ -213,23 +213,38 @@ class Store:
     def machines(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT DISTINCT machine FROM s2st_runs ORDER BY machine")]
 
+    def runs(self) -> dict[int, tuple[Run, tuple[float, float]]]:
+        """Every run by id with its order key, read once per store and kept: a site reads a thousand series of the
+        same runs (reading each run's columns again per series took most of a large site's time)."""
+        cached = getattr(self, "_runs_cache", None)
+        if cached is not None and len(cached) == self.run_count():
+            return cached
+        out = {}
+        for row in self._rows(f"SELECT id, {', '.join(_col(f) for f in _RUN_FIELDS)} FROM s2st_runs"):
+            fields_ = dict(zip(_RUN_FIELDS, row[1:]))
+            if fields_["dirty"] is not None:
+                fields_["dirty"] = bool(fields_["dirty"])  # SQLite keeps booleans as 0/1
+            run = Run(**fields_)
+            out[int(row[0])] = (run, (instant(run.commit_time or run.run_time), instant(run.run_time)))
+        self._runs_cache = out
+        return out
+
     def series(self, key: SeriesKey, branch: str | None = None, machine: str | None = None) -> list[Entry]:
-        """The series in the order the runs were measured (commit time, then run time, then arrival)."""
+        """The series in the order the runs were measured: the commit's instant (UTC), then the run's, then
+        arrival."""
         extra, params = self._filters(branch, machine)
-        run_cols = ", ".join(f"r.{_col(f)}" for f in _RUN_FIELDS)
         point_cols = ", ".join(f"p.{f}" for f in _POINT_FIELDS)
-        rows = self._rows(f"SELECT r.id, {run_cols}, {point_cols} FROM s2st_points p JOIN s2st_runs r "
+        rows = self._rows(f"SELECT p.run_id, {point_cols} FROM s2st_points p JOIN s2st_runs r "
                           "ON r.id = p.run_id WHERE p.benchmark = ? AND p.part = ? AND p.metric = ? AND "
                           f"p.statistic = ?{extra}", [key.benchmark, key.part, key.metric, key.statistic, *params])
-        out = []
-        for row in rows:
-            run_values = row[1:1 + len(_RUN_FIELDS)]
-            run = Run(**dict(zip(_RUN_FIELDS, run_values)))
-            if run.dirty is not None:
-                run = Run(**{**asdict(run), "dirty": bool(run.dirty)})  # SQLite keeps booleans as 0/1
-            point = Point(**dict(zip(_POINT_FIELDS, row[1 + len(_RUN_FIELDS):])))
-            out.append(Entry(int(row[0]), run, point))
-        return sorted(out, key=lambda e: (instant(e.run.commit_time or e.run.run_time), instant(e.run.run_time), e.run_id))
+        runs = self.runs()
+        if any(int(row[0]) not in runs for row in rows):  # appended by another writer since: read them again
+            self._runs_cache = None
+            runs = self.runs()
+        out = [(runs[int(row[0])][1], int(row[0]), Entry(int(row[0]), runs[int(row[0])][0], Point(*row[1:])))
+               for row in rows]
+        out.sort(key=lambda item: (item[0], item[1]))
+        return [entry for _, _, entry in out]
 
     def verdicts(self, benchmark: str) -> dict[int, list[Verdict]]:
         out: dict[int, list[Verdict]] = {}
