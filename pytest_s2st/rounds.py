@@ -238,12 +238,14 @@ class TimedRounds:
         return [self._own(t, w) for t, w in zip(self.round_totals, self.waits)]
 
     def stage_waits(self) -> list[list[float]] | None:
-        """Each stage's share of each round's run-queue wait (in proportion to its time in the round); None
-        unless every round has a reading."""
+        """Each stage's share of each round's run-queue wait, per sample as its durations are (the round's wait / its
+        calls, in proportion to the stage's time in the round); None unless every round has a reading. Saved as
+        ``waited_s`` beside the per-sample ``rounds_s``: a whole round's wait against one sample's time made own
+        times 0 and the A/B judged nothing (``too few rounds``)."""
         if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
             return None
-        return [[w * (d / total if total > 0 else 0.0) for w, d, total in zip(self.waits, durations, self.round_totals)]
-                for durations in self.durations]
+        return [[w / self.calls * (d / total if total > 0 else 0.0)
+                 for w, d, total in zip(self.waits, durations, self.round_totals)] for durations in self.durations]
 
     def runtime_metrics(self, method: str) -> list[Metric]:
         out = []

@@ -213,3 +213,30 @@ def test_a_round_probe_reads_around_every_timed_round_and_fills_its_metric(monke
         metric = side.stages[0].metrics["calls_probe"]
         assert metric.value == 1.0 and metric.details["rounds"] >= 6, metric
     assert m.to_dict()["stages"][0]["metrics"]["calls_probe"]["value"] == 1.0
+
+
+def test_the_saved_waits_are_per_sample_as_the_rounds_are():
+    """Rounds of 3 calls, each call 1 tick: 1 tick a sample; a neighbour took 0.6 and 1.5 ticks of the rounds.
+    Saved beside the per-sample rounds_s, waited_s is the wait per sample (0.2, 0.5): the whole round's wait made
+    own times 0 (rounds 1 tick, waits 1.5) and the A/B judged nothing."""
+    from pytest_s2st.measure.device import resolve_device
+    from pytest_s2st.measure.runqueue import own_times
+    from pytest_s2st.rounds import TimedRounds
+
+    class Stage:
+        name = "s"
+
+        def forward(self, x):
+            return x
+
+    clock = iter(range(1000))
+    rounds = TimedRounds([Stage()], [[0, 1, 2]], resolve_device("cpu"), 1, timer=lambda: next(clock),
+                         policy=RoundPolicy(2))
+    rounds.calls = 3
+    rounds.run_all()
+    rounds.waits = [0.6, 1.5]
+    details = rounds.runtime_metrics("timer")[0].details
+    assert details["rounds_s"] == [1.0, 1.0]
+    assert details["waited_s"] == pytest.approx([0.2, 0.5])
+    assert own_times(details["rounds_s"], details["waited_s"]) == pytest.approx([0.8, 0.5])
+    assert rounds.own_round_totals() == pytest.approx([0.8, 0.5])  # the same as the A/B's own rounds

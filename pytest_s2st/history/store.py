@@ -210,6 +210,11 @@ class Store:
         return [r[0] for r in self._rows("SELECT DISTINCT branch FROM s2st_runs WHERE branch IS NOT NULL "
                                          "ORDER BY branch")]
 
+    def run_groups(self) -> list[tuple[str | None, str, int]]:
+        """(branch, machine, runs) of every pair that holds runs."""
+        rows = self._rows("SELECT branch, machine, COUNT(*) FROM s2st_runs GROUP BY branch, machine")
+        return sorted(((r[0], r[1], int(r[2])) for r in rows), key=lambda g: (g[0] is None, g[0] or "", g[1]))
+
     def machines(self) -> list[str]:
         return [r[0] for r in self._rows("SELECT DISTINCT machine FROM s2st_runs ORDER BY machine")]
 
