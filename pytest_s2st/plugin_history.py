@@ -45,6 +45,7 @@ class HistoryRecorder:
         _add_subject(document, session.config.rootpath)
         try:
             doc = from_document(document, "this session", source="session")
+            self.lines += _short_of_precision(doc)
             with open_store(self.url) as store:
                 run_id = store.append(doc)
                 self.lines.append(f"{len(doc.points)} value(s) of {len({p.benchmark for p in doc.points})} "
@@ -70,6 +71,23 @@ class HistoryRecorder:
             terminalreporter.write_sep("=", "s2st history: failed (--s2st-history, --s2st-history-fail)", red=True)
             for line in self.alerts:
                 terminalreporter.write_line(line)
+
+
+def _short_of_precision(doc: Any) -> list[str]:
+    """One line per kept runtime that stopped short of the history's precision target (its interval as measured)."""
+    from .plugin_benchmark import HISTORY_PRECISION
+
+    out = []
+    for point in doc.points:
+        if (point.metric, point.part, point.statistic) != ("runtime_s", "total", "mean") or None in (
+                point.value, point.low, point.high) or not point.value:
+            continue
+        precision = (point.high - point.low) / 2 / point.value
+        if precision > HISTORY_PRECISION * 1.0001:
+            out.append(f"{point.benchmark}: runtime kept at +-{100 * precision:.1f} % after {point.n} rounds, short "
+                       f"of the +-{100 * HISTORY_PRECISION:.0f} % a history asks (--s2st-target-precision, "
+                       "--s2st-max-time)")
+    return out
 
 
 def _add_subject(document: dict, root: Any) -> None:

@@ -155,7 +155,7 @@ def test_a_new_value_past_the_window_fails_the_session_a_steady_one_passes(pytes
     """The gate's mechanics on a deterministic metric: FLOPs steady for 6 runs, then the model's width doubles."""
     db = str(tmp_path / "h.sqlite")
     (pytester.path / "test_bench.py").write_text(BUSY_BENCH)
-    args = ("-q", "-p", "no:cacheprovider", f"--s2st-history={db}")
+    args = ("-q", "-p", "no:cacheprovider", f"--s2st-history={db}", "--s2st-min-rounds=5")  # FLOPs judged: 5 do
     for _ in range(6):
         (pytester.path / "model.py").write_text(MODEL.format(width=WIDTH))
         assert pytester.runpytest_inprocess(*args).ret == 0

@@ -253,3 +253,38 @@ def test_the_fast_window_alerts_are_the_one_by_one_judgements(test, boundary):
         assert changes.window_alerts(values, test, boundary, 30, standard_errors=ses) == slow
         assert changes.window_alerts(values, test, boundary, 30) == [
             a for i in range(5, len(values)) if (a := window_alert(values[:i], values[i], i, test, boundary, 30))]
+
+
+# --- runs worth keeping ------------------------------------------------------------------------------------------
+
+NOISY = '''
+import random, time
+
+def model(x):
+    end = time.perf_counter() + random.choice((0.0002, 0.0004))  # +-30 % round to round: 5 rounds say +-30 %
+    while time.perf_counter() < end:
+        pass
+    return x
+
+def test_m(s2st_benchmark):
+    s2st_benchmark(model, [1, 2])
+'''
+
+
+def test_a_history_run_adds_rounds_until_its_precision_or_says_it_stopped_short(pytester, tmp_path):
+    pytester.makepyfile(test_m=NOISY)
+    db = tmp_path / "h.sqlite"
+    result = pytester.runpytest_subprocess(f"--s2st-history={db}", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    with open_store(db) as store:
+        [entry] = store.series(SeriesKey("test_m.py::test_m", "total", "runtime_s", "mean"))
+    reached = (entry.point.high - entry.point.low) / 2 / entry.point.value <= 0.02
+    assert entry.point.n > 5  # rounds were added past the fixed 5
+    # a loaded machine may keep it from +-2 % within 10 s: then the session says so, never silently
+    assert ("test_m.py::test_m: runtime kept at +-" in result.stdout.str()) is not reached
+    short = pytester.runpytest_subprocess(f"--s2st-history={db}", "-p", "no:cacheprovider", "--s2st-max-time=0.001")
+    assert "test_m.py::test_m: runtime kept at +-" in short.stdout.str() and "short of the +-2 %" in short.stdout.str()
+    fixed = pytester.runpytest_subprocess(f"--s2st-history={db}", "-p", "no:cacheprovider", "--s2st-min-rounds=5")
+    with open_store(db) as store:
+        assert store.series(SeriesKey("test_m.py::test_m", "total", "runtime_s", "mean"))[-1].point.n == 5
+    assert fixed.ret == 0

@@ -23,7 +23,7 @@ def test_model(s2st_benchmark):
 def test_a_session_appends_its_rows_once_and_says_where(pytester, tmp_path):
     pytester.makepyfile(test_bench=MODEL)
     db = tmp_path / "h.sqlite"
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--s2st-history={db}")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--s2st-history={db}", "--s2st-min-rounds=5")
     assert result.ret == 0
     result.stdout.re_match_lines([r"-+ s2st history -+", rf"\d+ value\(s\) of 1 benchmark\(s\) kept in {db} \(run 1\)"])
     with open_store(db) as store:
@@ -34,7 +34,7 @@ def test_a_session_appends_its_rows_once_and_says_where(pytester, tmp_path):
 def test_xdist_workers_leave_the_append_to_the_controller(pytester, tmp_path):
     pytester.makepyfile(test_bench=MODEL + MODEL.replace("test_model", "test_other"))
     db = tmp_path / "h.sqlite"
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", f"--s2st-history={db}")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", f"--s2st-history={db}", "--s2st-min-rounds=5")
     assert result.ret == 0, result.stdout.str()
     with open_store(db) as store:
         assert store.run_count() == 1
@@ -61,7 +61,7 @@ def test_a_history_that_cannot_be_written_fails_the_session_and_keeps_the_tables
     pytester.makepyfile(test_bench=MODEL)
     folder = tmp_path / "a-folder"
     folder.mkdir()
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--s2st-history={folder}")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--s2st-history={folder}", "--s2st-min-rounds=5")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
     assert "s2st: runtime per sample" in out and "1 passed" in out  # what was measured is printed
