@@ -28,6 +28,7 @@ from .records import PAIRED, TOTAL, Verdict
 from .store import Entry, SeriesKey, Store
 
 SPARK_POINTS = 60
+QUIET = ("PASS", "no change", "same", "no significant change")  # verdicts not marked above their point
 DOTS = 100  # runs drawn with a dot of their own (the newest); older ones are the line, unless marked
 WIDTH, HEIGHT, PAD = 960, 240, 64
 ALL = "all"
@@ -128,7 +129,7 @@ def chart(judged: Judged, verdicts: dict[int, list[Verdict]], commit_url: str | 
     # line and band carry the rest (1,000 runs x 16 series of dots made a 2.6 MiB page)
     changed = {i for c in judged.changes for i in (c.index - 1, c.index)}
     for i, (entry, v) in enumerate(zip(valued, values)):
-        marks = [m for m in verdicts.get(entry.run_id, []) if m.verdict not in ("PASS", "no change", "same")]
+        marks = [m for m in verdicts.get(entry.run_id, []) if m.verdict not in QUIET]
         if i < len(values) - DOTS and i not in alerted and i not in changed and not marks:
             continue
         interval = (f" [{_fmt(metric, lows[i])}, {_fmt(metric, highs[i])}]" if lows[i] != highs[i] else "")

@@ -287,6 +287,9 @@ class SQLiteStore(Store):
             path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(path, timeout=WAIT_S, isolation_level=None)  # transactions are ours
             conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
+            # WAL's own durable mode: a power cut may lose the last run, never corrupt the file (a sync a commit
+            # took 6 of the 24 s of an import of 100 saved runs)
+            conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             raise S2STError(f"{where}: not a history database ({exc})") from None
