@@ -19,15 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_s2st.metrics import SERVICE_METRICS
+from pytest_s2st.metrics import BY_NAME, SERVICE_METRICS
 
 SERVICE_EVERY = 8  # one benchmark in 8 is a service level (c1, c4, c16 in turn)
 
 
-def _scaled(metrics: dict, factor: float) -> None:
-    for m in metrics.values():
+def _scaled(metrics: dict, factor: float, exact: float) -> None:
+    """Measured metrics times ``factor`` (noise included); deterministic counts times ``exact`` (no noise)."""
+    for name, m in metrics.items():
         if isinstance(m.get("value"), (int, float)) and m.get("value"):
-            m["value"] *= factor
+            m["value"] *= exact if BY_NAME[name].exact else factor
 
 
 def _service_row(b: int, level: int, rng: random.Random, factor: float) -> dict:
@@ -61,9 +62,9 @@ def documents(template: dict, runs: int, benchmarks: int):
             new["name"], new["fullname"] = f"test_{b}", f"tests/test_m.py::test_{b}"
             s2st = new["extra_info"]["s2st"]
             noise = factor * (b + 1) * math.exp(rng.gauss(0, 0.01))
-            _scaled(s2st["metrics"], noise)
+            _scaled(s2st["metrics"], noise, factor * (b + 1))
             for stage in s2st.get("stages") or []:
-                _scaled(stage["metrics"], noise)
+                _scaled(stage["metrics"], noise, factor * (b + 1))
             s2st["stages"] = (s2st.get("stages") or []) + [copy.deepcopy(st) | {"name": "stage2"}
                                                            for st in s2st.get("stages") or []]
             if isinstance(s2st.get("ab"), dict):

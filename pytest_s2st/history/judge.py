@@ -78,8 +78,13 @@ def judge(key: SeriesKey, entries: list[Entry], test: str = "t", boundary: float
                          for e, v in zip(valued, values)], better)
         return Judged(key, entries, chained.values, valued, chained.changes, [], CHAINED,
                       (chained.lows, chained.highs))
-    if is_exact(key.metric):
-        changes, method = exact_changes(values, better), EXACT
+    # PAPI's FLOPs are a hardware counter, not a count of the code's operations: judged as measured values
+    exact = exact_changes(values, better) if is_exact(key.metric) and not any(
+        "papi" in (e.point.method or "").lower() for e in valued) else None
+    if exact is not None and len(exact) <= max(3, len(values) // 4):
+        changes, method = exact, EXACT  # (changing at every other run: not deterministic here, judged as measured)
+    elif is_exact(key.metric) and len(values) < 2 * MIN_SEGMENT and exact is not None:
+        changes, method = exact, EXACT
     elif len(values) < 2 * MIN_SEGMENT:
         changes, method = short_changes(values, [e.point.low for e in valued], [e.point.high for e in valued],
                                         better), SHORT

@@ -290,6 +290,7 @@ class SQLiteStore(Store):
             # WAL's own durable mode: a power cut may lose the last run, never corrupt the file (a sync a commit
             # took 6 of the 24 s of an import of 100 saved runs)
             conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA cache_size=-131072")  # 128 MiB of pages: a large history's index stays in memory
             conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             raise S2STError(f"{where}: not a history database ({exc})") from None
