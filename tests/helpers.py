@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -178,3 +180,21 @@ def session_env() -> dict:
     import os
 
     return {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+
+
+def git(root: Path, *args: str) -> str:
+    """git in ``root`` with an author and committer of its own (a CI runner has none configured)."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def git_repo(root: Path, files: dict[str, str]) -> Path:
+    """A git repository at ``root`` holding ``files``, committed on branch main as "base"."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    return root

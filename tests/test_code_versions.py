@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers import BUSY_BENCH, BUSY_MODEL
+from helpers import git as _git
+from helpers import git_repo as _repo
 
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.device import resolve_device
@@ -89,22 +91,6 @@ def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest(tmp_pa
     assert out == ["benchmarks/", "-k", "model", f"--s2st-config={head / 'staged' / 'S2UT.yaml'}",
                    "--s2st-ab-round-s", "0.2", "-q"]
     assert worker_args(args, head, head)[3] == "--s2st-config=staged/S2UT.yaml"  # the head's own: as given
-
-
-def _git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def _repo(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (root / name).write_text(text)
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
-    return root
 
 
 def _commit(root: Path, files: dict[str, str], message: str = "head") -> None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from helpers import BUSY_BENCH as BENCH
+from helpers import git as _git
+from helpers import git_repo as _repo
 
 from pytest_s2st.cli import history as cli
 from pytest_s2st.history.chain import Link, chain
@@ -71,22 +73,6 @@ def test_the_band_accumulates_the_ratios_uncertainty():
     width = [math.log(h / v) / 1.96 for h, v in zip(done.highs, done.values)]
     per = math.hypot(se, 0.002)
     assert width == pytest.approx([per * math.sqrt(k) for k in range(1, 5)], rel=1e-6)
-
-
-def _git(root: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
-
-
-def _repo(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True)
-    for name, text in files.items():
-        (root / name).write_text(text)
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "base")
-    return root
 
 
 def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
