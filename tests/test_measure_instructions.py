@@ -102,7 +102,8 @@ def test_the_same_call_counted_in_two_children_agrees(tmp_path):
     for name in ("s1", "s2"):
         a, b = first[name].value, second[name].value
         assert a > 10_000 and b > 10_000, (name, a, b)
-        assert abs(a - b) / a < 1e-5, (name, a, b)
+        # a clean clone's CI run counted the torch model 324,759 and 323,379 Ir in two children (0.4 %)
+        assert abs(a - b) / a < 1e-2, (name, a, b)
 
 
 def test_pass_says_why_it_cannot_count(tmp_path):

@@ -14,7 +14,7 @@ one 1,000-run series here, so a site of 50 benchmarks x 14 series x 1,000 runs w
 sums one split is one numpy operation (tests/test_history.py holds the two methods' candidates equal on seeded
 series).
 
-Exact metrics (FLOPs, instructions, tensor peak: ``MetricDef.exact``) have no noise to weigh: any change between
+Exact metrics (FLOPs, tensor peak: ``MetricDef.exact``) have no noise to weigh: any change between
 two consecutive runs beyond ``EXACT_TOLERANCE`` is a change point, at any history length (``exact_changes``).
 
 Short histories (fewer than ``2 * MIN_SEGMENT`` runs, too short to segment): a split is a change point only when
