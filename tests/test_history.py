@@ -204,9 +204,10 @@ def test_postgresql_keeps_what_sqlite_keeps_and_two_writers_lose_nothing(saved, 
 
     with postgres() as url:
         sqlite_db, pg_db = open_store(tmp_path / "h.sqlite"), open_store(url)
-        for doc in _docs(saved, 30, scale=lambda i: 1.1 if i >= 20 else 1.0, jitter=0.01):
+        docs = list(_docs(saved, 30, scale=lambda i: 1.1 if i >= 20 else 1.0, jitter=0.01))
+        for doc in docs:
             sqlite_db.append(doc)
-            pg_db.append(doc)
+        assert pg_db.append_all(docs + docs[:3]) == (30, 3)  # an import's batches: each run once
         assert pg_db.keys() == sqlite_db.keys()
         for key in sqlite_db.keys():
             assert pg_db.series(key) == [e.__class__(e.run_id, e.run, e.point) for e in sqlite_db.series(key)]
@@ -303,6 +304,33 @@ def test_direction_decides_what_is_worse():
 
 
 # --- the command line ------------------------------------------------------------------------------------------
+
+def test_a_large_import_reads_in_parallel_keeps_order_and_what_came_before_a_bad_file(saved, tmp_path, capsys):
+    """20 files (read by worker processes: cli.PARALLEL_FROM is 16), the 18th not JSON: one line naming it, the 17
+    before it kept in their order, the same points as appending each file alone; the rest added on the next go."""
+    assert cli.PARALLEL_FROM <= 20
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in range(20):
+        doc = json.loads(saved.read_text())
+        doc["datetime"] = f"2026-11-01T{i:02d}:00:00"
+        doc["benchmarks"][0]["extra_info"]["s2st"]["metrics"]["runtime_s"]["value"] = 1e-3 * (1 + i / 100)
+        (runs / f"{i:04d}.json").write_text(json.dumps(doc) if i != 17 else "{not json")
+    db = str(tmp_path / "h.sqlite")
+    assert cli.main(["--db", db, "import", str(runs)]) == 2
+    assert "0017.json: cannot read saved run: not valid JSON" in capsys.readouterr().err
+    key = SeriesKey("test_my_model.py::test_my_model", "total", "runtime_s", "mean")
+    with open_store(db, create=False) as s:
+        assert [round(e.point.value * 1e3, 3) for e in s.series(key)] == [round(1 + i / 100, 3) for i in range(17)]
+        parallel = sorted(repr((e.run.source, e.point)) for k in s.keys() for e in s.series(k))
+    (runs / "0017.json").unlink()
+    assert cli.main(["--db", db, "import", str(runs)]) == 0
+    assert "2 run(s) added, 17 already kept; 19 run(s)" in capsys.readouterr().out
+    with open_store(tmp_path / "one.sqlite") as s:
+        for i in range(17):
+            s.append(records.load_document(runs / f"{i:04d}.json"))
+        assert sorted(repr((e.run.source, e.point)) for k in s.keys() for e in s.series(k)) == parallel
+
 
 def test_cli_imports_a_folder_writes_a_site_and_checks(saved, tmp_path, capsys):
     runs = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
