@@ -76,6 +76,7 @@ class S2STBenchmark:
         self.node = request.node
         self.state = session_of(request.config)
         self.case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
+        self._model: Any = None  # the test's own callable, once called: a code-version worker reports its file
 
     def __call__(self, pipeline: Any, dataset: Any, *, baseline: Any = None, references: Any = None,
                  ab_mode: str | None = None) -> Any:
@@ -103,6 +104,7 @@ class S2STBenchmark:
         # anything else (the test's own callable) from its pickle
         own = not self._is_case_pipeline(pipeline)
         benchmarked, benchmarked_baseline = pipeline, baseline
+        self._model = benchmarked if own else None
         pipeline, baseline, dataset, references = self._resolve(pipeline, baseline, dataset, references, own)
         settings, run_settings = _run_settings(self.request, case)
         if ab_mode is not None:
@@ -186,7 +188,7 @@ class S2STBenchmark:
         def drive(rounds) -> str:
             rounds.timer = timer = fixture_timer(benchmark)  # stage clocks share pytest-benchmark's timer
             if versions is not None:  # the controller orders each round (versions/worker.py)
-                versions.serve(self.node, rounds)
+                versions.serve(self.node, rounds, self._model)  # the model's file: whose code it is
                 return timer_name(timer)
             # pedantic's loop, as many rounds as the policy says (a count, or until --s2st-target-precision is
             # reached); pytest-benchmark records each round as our stage clocks timed it, so its table and ours

@@ -7,6 +7,7 @@ benchmarks as usual, except that each one's timed rounds are the ones the contro
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ def configure(config: pytest.Config, state: Any) -> None:
     config.pluginmanager.register(controller, "s2st-ab-controller")
 
 
+def _pythonpath(root: Path) -> list[Path]:
+    return [root / "src", root] if (root / "src").is_dir() else [root]
+
+
 class VersionsController:
     controller = True
 
@@ -57,21 +62,22 @@ class VersionsController:
         self.compared: dict[str, Any] = {}  # each benchmark's Compared: the head's rounds become its pytest-benchmark row
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .versions.driver import Driver, worker_args
+        from .versions.driver import Driver, Side, worker_args
+        from .versions.paths import BasePaths
 
         items = [item.nodeid for item in session.items if "s2st_benchmark" in getattr(item, "fixturenames", ())]
         if not items:
             return
-        args = list(self.config.invocation_params.args)
-        base_cwd = self.worktree.mapped(self.start)
-        trees = {"head": (self.start, worker_args(args, self.start, self.start)),
-                 "base": (base_cwd, worker_args(args, self.start, base_cwd))}
-        roots = {"head": self.worktree.repository, "base": self.worktree.path}
-        pythonpath = {side: [root / "src", root] if (root / "src").is_dir() else [root] for side, root in roots.items()}
+        # a module of one side that fails to collect is that module's benchmarks' reason, not the end of the side
+        args = worker_args(list(self.config.invocation_params.args)) + ["--continue-on-collection-errors"]
+        base_paths = BasePaths(self.worktree, self.start)
+        base_args = base_paths.args(args)
+        sides = {"head": Side(self.start, args, self.worktree.repository, _pythonpath(self.worktree.repository)),
+                 "base": Side(self.worktree.mapped(self.start), base_args, self.worktree.path,
+                              _pythonpath(self.worktree.path), tuple(base_paths.absent))}
         rounds = self.state.option("min_rounds") or AB_VERSION_ROUNDS
         logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
-        self.driver = Driver(trees, items, logs, self.state.option("ab_pairs"), rounds,
-                             self.state.option("ab_round_s"), pythonpath)
+        self.driver = Driver(sides, items, logs, self.state.option("ab_pairs"), rounds, self.state.option("ab_round_s"))
 
     def compare(self, item: pytest.Item) -> Any:
         """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change."""
@@ -115,6 +121,7 @@ class VersionsWorker:
     def __init__(self, config: pytest.Config, spec: dict):
         from .versions.worker import Worker
 
+        self.config = config
         try:
             self.worker = Worker(spec)
         except Exception as exc:  # noqa: BLE001 -- the controller sees this process exit before it connected
@@ -129,11 +136,13 @@ class VersionsWorker:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
 
-    def serve(self, item: pytest.Item, rounds: Any) -> None:
+    def serve(self, item: pytest.Item, rounds: Any, model: Any = None) -> None:
         from .versions.worker import Skipped
 
+        origins = {"benchmark module": _file_of(getattr(item, "module", None)),
+                   "model module": _file_of(model) if model is not None else None}
         try:
-            self.worker.serve(item.nodeid, rounds)
+            self.worker.serve(item.nodeid, rounds, {k: v for k, v in origins.items() if v})
         except Skipped:
             pytest.skip("the controller does not compare this benchmark")
 
@@ -145,5 +154,48 @@ class VersionsWorker:
             lines = [line for line in str(report.longreprtext).splitlines() if line.strip()]
             self.worker.failed(report.nodeid, f"{report.when} failed: {lines[-1].strip() if lines else '?'}")
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A module that cannot be collected (a syntax error, a failed import): every benchmark in it is named with
+        the error, not "no such benchmark there"."""
+        if report.failed:
+            said = error_line(str(report.longreprtext)).replace(f"{self.config.rootpath}{os.sep}", "")
+            self.worker.failed(report.nodeid, f"collecting {report.nodeid or 'the session'} failed: {said}")
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.exitstatus = int(exitstatus)
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.worker.close()
+        self.worker.close(getattr(self, "exitstatus", None))
+
+
+def _file_of(obj: Any) -> str | None:
+    """The file the module of ``obj`` (a module, function, method, class, partial or instance) was loaded from."""
+    import functools
+    import inspect
+    import sys
+
+    if obj is None:
+        return None
+    while isinstance(obj, functools.partial):
+        obj = obj.func
+    if inspect.ismodule(obj):
+        module = obj
+    else:
+        owner = obj if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isclass(obj) else type(obj)
+        module = sys.modules.get(getattr(owner, "__module__", None) or "")
+    path = getattr(module, "__file__", None)
+    return str(Path(path).resolve()) if isinstance(path, str) else None
+
+
+_PLACE = r'File "([^"]+)", line (\d+)|^\s*([^\s:"]+\.py):(\d+)'  # a Python traceback's place, or pytest's
+
+
+def error_line(text: str) -> str:
+    """pytest's long report as one line: the error's last line and the last place (file:line) it names."""
+    import re
+
+    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    places = [":".join(g for g in m.groups() if g) for line in lines for m in [re.search(_PLACE, line)] if m]
+    said = errors[-1] if errors else (lines[-1].strip() if lines else "?")
+    return f"{said} ({places[-1]})" if places else said

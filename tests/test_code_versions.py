@@ -78,19 +78,41 @@ def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means
     assert rounds.round_totals == [1.0, 1.0]  # each call took one tick: the per-sample mean of the round
 
 
-def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest(tmp_path):
-    head, base = tmp_path / "head", tmp_path / "base"
-    (head / "staged").mkdir(parents=True)
-    (head / "staged" / "S2UT.yaml").write_text("{}")  # untracked: only the head has it
-    (head / "benchmarks").mkdir()
-    (base / "benchmarks").mkdir(parents=True)
+def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
     args = ["benchmarks/", "--s2st-ab-base", "origin/main", "--s2st-ab-pairs=3", "-n", "2", "-n4",
             "--benchmark-json", "out.json", "--junitxml=j.xml", "--s2st-compare-fail=runtime_s:5%", "-k", "model",
             "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q"]
-    out = worker_args(args, head, base)
-    assert out == ["benchmarks/", "-k", "model", f"--s2st-config={head / 'staged' / 'S2UT.yaml'}",
-                   "--s2st-ab-round-s", "0.2", "-q"]
-    assert worker_args(args, head, head)[3] == "--s2st-config=staged/S2UT.yaml"  # the head's own: as given
+    assert worker_args(args) == ["benchmarks/", "-k", "model", "--s2st-config=staged/S2UT.yaml",
+                                 "--s2st-ab-round-s", "0.2", "-q"]
+
+
+def test_the_base_reads_its_own_files_wherever_the_head_named_them(tmp_path):
+    """Relative or absolute, a path in the repository is the base's own file; a tracked file the base lacks is
+    dropped and named; an untracked test file is copied into the base's tree (its imports are the base's); other
+    untracked files (a staged model's config) are the head's, read by both."""
+    from pytest_s2st.versions.paths import BasePaths
+
+    repo = _repo(tmp_path / "repo", {"model.py": "base\n", "test_bench.py": "base\n"})
+    _commit(repo, {"model.py": "head\n", "test_new.py": "head\n"})
+    (repo / "staged").mkdir()
+    (repo / "staged" / "S2UT.yaml").write_text("{}")
+    (repo / "test_untracked.py").write_text("import model\n")
+    tree = Worktree(repo, "main")
+    try:
+        paths = BasePaths(tree, repo)
+        placed = paths.args([str(repo), str(repo / "test_bench.py") + "::test_model", "test_bench.py", "test_new.py",
+                             "test_untracked.py", "--s2st-config=staged/S2UT.yaml", "-k", "model", outside := str(
+                                 tmp_path)])
+        assert placed == [str(tree.path), str(tree.path / "test_bench.py") + "::test_model", "test_bench.py",
+                          "test_untracked.py", f"--s2st-config={repo / 'staged' / 'S2UT.yaml'}", "-k", "model",
+                          outside]
+        assert (tree.path / "test_untracked.py").read_text() == "import model\n"
+        assert paths.absent == ["test_new.py"] and paths.copied == ["test_untracked.py"]
+        assert paths.shared == ["staged/S2UT.yaml"]
+        alone = BasePaths(tree, repo)
+        assert alone.args(["test_new.py", "-q"]) == ["-q", str(tree.path / "test_new.py")]  # its pytest names it
+    finally:
+        tree.close()
 
 
 def _commit(root: Path, files: dict[str, str], message: str = "head") -> None:
@@ -130,8 +152,8 @@ MODEL, BENCH = BUSY_MODEL, BUSY_BENCH
 
 
 
-def _run(repo: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+def _run(repo: Path, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, **(env or {})}
     env["COLUMNS"] = "200"
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -174,6 +196,67 @@ def test_a_benchmark_the_base_lacks_or_fails_is_inconclusive_and_the_worktree_go
     strict = _run(repo, "--s2st-ab-base", "main", "--s2st-ab-pairs", "1", "--s2st-min-rounds", "6",
                   "--s2st-ab-round-s", "0.01", "--s2st-strict", "test_new.py")
     assert strict.returncode == 1, strict.stdout[-3000:]
+
+
+SYNTAX_BASE = "def test_syntax(s2st_benchmark)\n    s2st_benchmark(abs, [1])\n"  # the colon is missing
+SYNTAX_HEAD = "def test_syntax(s2st_benchmark):\n    s2st_benchmark(abs, [1])\n"
+IMPORT_BASE = "import no_such_module\n\n\ndef test_imports(s2st_benchmark):\n    s2st_benchmark(abs, [1])\n"
+IMPORT_HEAD = "def test_imports(s2st_benchmark):\n    s2st_benchmark(abs, [1])\n"
+GUARD = """import os
+import sys
+
+sys.path.insert(0, os.environ["S2ST_TEST_HEAD_DIR"])  # both sides would import the head's model
+from guarded import model
+
+
+def test_guard(s2st_benchmark):
+    s2st_benchmark(model, [1, 2, 3, 4])
+"""
+AB = ("--s2st-ab-pairs", "1", "--s2st-min-rounds", "6", "--s2st-ab-round-s", "0.01", "-rA")
+
+
+def _verdicts(out: str) -> dict[str, str]:
+    """Each benchmark's row of the A/B table and, where it has none, its reason, by test name."""
+    import re
+
+    table = out[out.index("A/B of code versions"):]
+    rows = {m.group(1): line for line in table.splitlines() for m in [re.match(r"(test_\w+)\s", line)] if m}
+    for m in re.finditer(r"::(test_\w+):\n\s+no A/B verdict: (.*)", out):
+        rows[m.group(1)] += " | " + m.group(2)
+    return rows
+
+
+def test_the_base_never_runs_the_heads_code_and_names_each_failure(tmp_path):
+    """The base's model takes 4 ms, the head's 1 ms: every compared benchmark reads faster (never the head against
+    itself), however the paths were named (the repository or its file as absolute paths, an untracked test file);
+    a base with a syntax error, a failed import, a benchmark it lacks, or a model imported from the head's tree
+    is INCONCLUSIVE with one line naming why."""
+    repo = _repo(tmp_path / "repo", {"model.py": MODEL.format(delay=0.004), "test_bench.py": BENCH,
+                                     "test_syntax.py": SYNTAX_BASE, "test_imports.py": IMPORT_BASE,
+                                     "test_guard.py": GUARD, "guarded.py": MODEL.format(delay=0.004)})
+    _commit(repo, {"model.py": MODEL.format(delay=0.001), "guarded.py": MODEL.format(delay=0.001),
+                   "test_syntax.py": SYNTAX_HEAD,
+                   "test_imports.py": IMPORT_HEAD, "test_new.py": BENCH.replace("test_model", "test_new")})
+    env = {"S2ST_TEST_HEAD_DIR": str(repo)}
+    whole = _run(repo, str(repo), "--s2st-ab-base", "main", *AB, env=env)
+    out = whole.stdout + whole.stderr
+    lines = _verdicts(out)
+    assert "faster" in lines["test_model"], out[-4000:]
+    assert "base: collecting test_syntax.py failed: SyntaxError" in lines["test_syntax"], out[-4000:]
+    assert "test_syntax.py:1)" in lines["test_syntax"]
+    assert ("base: collecting test_imports.py failed: ModuleNotFoundError: No module named 'no_such_module' "
+            "(test_imports.py:1)") in lines["test_imports"], out[-4000:]
+    assert "base: its model module was imported from the head's tree" in lines["test_guard"], out[-4000:]
+    assert "base: no such benchmark there" in lines["test_new"]
+    assert "Traceback" not in out
+
+    (repo / "test_untracked.py").write_text(BENCH.replace("test_model", "test_untracked"))
+    named = _run(repo, str(repo / "test_bench.py"), "test_new.py", "test_untracked.py", "--s2st-ab-base", "main",
+                 *AB, env=env)
+    out = named.stdout + named.stderr
+    lines = _verdicts(out)
+    assert "faster" in lines["test_model"] and "faster" in lines["test_untracked"], out[-4000:]
+    assert "base: no such benchmark there: test_new.py not in the base's tree" in lines["test_new"], out[-4000:]
 
 
 def test_a_measurement_comes_back_from_its_dict():

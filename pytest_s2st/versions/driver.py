@@ -37,10 +37,9 @@ DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--benchmark-js
            ("--s2st-history-fail", True), ("--s2st-history-window", True))
 
 
-def worker_args(args: Sequence[str], head_cwd: Path, side_cwd: Path) -> list[str]:
-    """The controller's command line for one side: DROPPED options removed; a relative path that exists for the
-    head but not in the side's tree (an untracked file: a staged model, a config written by the job) made
-    absolute, so both sides read the same one."""
+def worker_args(args: Sequence[str]) -> list[str]:
+    """The controller's command line for a worker: DROPPED options removed (the base's paths are then placed in
+    its own tree: versions/paths.py)."""
     out: list[str] = []
     skip = False
     for arg in args:
@@ -53,23 +52,8 @@ def worker_args(args: Sequence[str], head_cwd: Path, side_cwd: Path) -> list[str
         if hit is not None:
             skip = hit[1] and "=" not in arg and not (hit[0] == "-n" and arg[2:].isdigit())
             continue
-        out.append(_same_file(arg, head_cwd, side_cwd))
+        out.append(arg)
     return out
-
-
-def _same_file(arg: str, head_cwd: Path, side_cwd: Path) -> str:
-    prefix, sep, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-    target = value if sep or not arg.startswith("-") else ""
-    path = target.split("::", 1)[0]
-    if not path or Path(path).is_absolute() or len(path) > 4096 or "\x00" in path:
-        return arg
-    try:
-        if (side_cwd / path).exists() or not (head_cwd / path).exists():
-            return arg
-    except OSError:
-        return arg
-    absolute = str((head_cwd / target).absolute())
-    return f"{prefix}={absolute}" if sep else absolute
 
 
 @contextlib.contextmanager
@@ -117,7 +101,8 @@ class WorkerProcess:
     conn: Any = None
     parked: str | None = None         # the benchmark it waits at
     samples: int | None = None
-    failed: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)   # by nodeid, or a module's nodeid that failed to collect
+    origins: dict[str, str] = field(default_factory=dict)  # where the benchmark it waits at came from
     measured: dict[str, dict] = field(default_factory=dict)
     gone: str | None = None           # why it can take no more orders
 
@@ -153,11 +138,23 @@ class Compared:
     missing: str | None = None  # why there is no verdict (a side never reached its timing, died, refused)
 
 
-class Driver:
-    """``pairs`` worker pairs over ``trees`` ({"base": (cwd, args), "head": (cwd, args)}), logs in ``log_dir``."""
+@dataclass(frozen=True)
+class Side:
+    """How one side's workers start, and whose code they may run."""
 
-    def __init__(self, trees: dict[str, tuple[Path, list[str]]], items: Sequence[str], log_dir: Path, pairs: int,
-                 rounds: int, round_s: float, pythonpath: dict[str, list[Path]]):
+    cwd: Path
+    args: list[str]
+    root: Path                 # its tree: a benchmark or model module imported from the other side's is refused
+    pythonpath: list[Path]
+    absent: tuple[str, ...] = ()  # paths the user named that this side's tree does not have
+
+
+class Driver:
+    """``pairs`` worker pairs of the ``sides`` ({"base": Side, "head": Side}), logs in ``log_dir``."""
+
+    def __init__(self, sides: dict[str, Side], items: Sequence[str], log_dir: Path, pairs: int, rounds: int,
+                 round_s: float):
+        self.sides = sides
         self.order = {nodeid: i for i, nodeid in enumerate(items)}
         self.rounds, self.round_s = rounds, round_s
         self.log_dir = log_dir
@@ -167,18 +164,18 @@ class Driver:
         self.listener, key = channel.listener()
         self.workers: list[WorkerProcess] = []
         for pair in range(pairs):
-            for side in SIDES:
-                cwd, args = trees[side]
-                spec = {"address": list(self.listener.address), "key": key.hex(), "side": side, "pair": pair,
+            for name in SIDES:
+                side = sides[name]
+                spec = {"address": list(self.listener.address), "key": key.hex(), "side": name, "pair": pair,
                         "items": str(items_file)}
                 env = {**os.environ, channel.ENV: json.dumps(spec)}
-                env["PYTHONPATH"] = os.pathsep.join([str(p) for p in pythonpath[side]]
+                env["PYTHONPATH"] = os.pathsep.join([str(p) for p in side.pythonpath]
                                                     + [p for p in [os.environ.get("PYTHONPATH")] if p])
-                log = log_dir / f"{side}-{pair + 1}.log"
+                log = log_dir / f"{name}-{pair + 1}.log"
                 with open(log, "wb") as out:
-                    process = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env,
+                    process = subprocess.Popen([sys.executable, "-m", "pytest", *side.args], cwd=side.cwd, env=env,
                                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                self.workers.append(WorkerProcess(side, pair, process, log))
+                self.workers.append(WorkerProcess(name, pair, process, log))
         self._accepting = threading.Thread(target=self._accept, name="s2st-ab-accept", daemon=True)
         self._accepting.start()
 
@@ -235,8 +232,15 @@ class Driver:
                 w.measured[str(message.get("nodeid"))] = message.get("measurement") or {}
             elif op == "ready":
                 w.parked, w.samples = str(message.get("nodeid")), message.get("samples")
+                origins = message.get("origins")
+                w.origins = {str(k): str(v) for k, v in origins.items()} if isinstance(origins, dict) else {}
             elif op == "bye":
-                w.gone = f"{w.side}: no such benchmark there (its session ended without reaching it)"
+                status = message.get("exitstatus")
+                if status in (2, 3, 4):  # interrupted, internal or usage error: its own words say why
+                    w.gone = f"{w.side}: its pytest session ended with exit code {status}{w.log_tail()}"
+                else:
+                    w.gone = f"{w.side}: no such benchmark there{self._absent(w.side)} (its session ended without " \
+                             "reaching it)"
             return message
         return None
 
@@ -255,7 +259,12 @@ class Driver:
         here = self.order.get(nodeid, -1)
         while w.gone is None:
             if w.parked == nodeid:
-                return True
+                foreign = self._foreign(w)
+                if foreign is None:
+                    return True
+                w.failed[nodeid] = foreign
+                self._skip(w)
+                return False
             if w.parked is not None:
                 if self.order.get(w.parked, -1) >= here:
                     return False  # waits at a later one: this benchmark ended before its timing there
@@ -265,7 +274,7 @@ class Driver:
                     pass
                 w.parked = None
                 continue
-            if nodeid in w.failed:
+            if self._failure(w, nodeid) is not None:
                 return False
             self._receive(w, ARRIVE_S, f"running the untimed passes before {nodeid}")
         return False
@@ -366,13 +375,40 @@ class Driver:
             if not absent:
                 continue
             w = absent[0]
-            if nodeid in w.failed:
-                reasons.append(f"{side}: {w.failed[nodeid]}")
+            failure = self._failure(w, nodeid)
+            if failure is not None:
+                reasons.append(f"{side}: {failure}")
             elif w.gone is not None:
                 reasons.append(w.gone)
             else:
-                reasons.append(f"{side}: no such benchmark there (or it ended before its timing pass)")
+                reasons.append(f"{side}: no such benchmark there{self._absent(side)} (or it ended before its timing "
+                               "pass)")
         return "; ".join(reasons) or "no worker pair had both sides"
+
+    @staticmethod
+    def _failure(w: WorkerProcess, nodeid: str) -> str | None:
+        """Why ``w`` failed ``nodeid``: the test itself, or the module (or folder) it is in failed to collect."""
+        if nodeid in w.failed:
+            return w.failed[nodeid]
+        return next((why for key, why in w.failed.items() if key == "" or nodeid.startswith(f"{key}::")
+                     or nodeid.startswith(f"{key}/")), None)
+
+    def _absent(self, side: str) -> str:
+        absent = self.sides[side].absent
+        return f": {', '.join(absent)} not in the {side}'s tree" if absent else ""
+
+    def _foreign(self, w: WorkerProcess) -> str | None:
+        """Why ``w``'s benchmark would time the other side's code: its module or its model's module was imported
+        from the other side's tree (None: its own, or from neither tree, e.g. an installed package)."""
+        own = self.sides[w.side].root.resolve()
+        other_side = next(s for s in SIDES if s != w.side)
+        other = self.sides[other_side].root.resolve()
+        for what, path in sorted(w.origins.items()):
+            where = Path(path)
+            if where.is_relative_to(other) and not where.is_relative_to(own):
+                return (f"its {what} was imported from the {other_side}'s tree ({path}): refused, it would time "
+                        f"the {other_side}'s code")
+        return None
 
     # ------------------------------------------------------------------ the end
 

@@ -32,9 +32,12 @@ class Worker:
         with open(self.spec["items"], encoding="utf-8") as handle:
             return {line.rstrip("\n") for line in handle if line.strip()}
 
-    def serve(self, nodeid: str, rounds: Any) -> None:
-        """At ``nodeid``'s timing pass: ``rounds`` (rounds.TimedRounds) runs what the controller orders."""
-        channel.send(self.conn, {"op": "ready", "nodeid": nodeid, "samples": rounds.n_samples})
+    def serve(self, nodeid: str, rounds: Any, origins: dict[str, str] | None = None) -> None:
+        """At ``nodeid``'s timing pass: ``rounds`` (rounds.TimedRounds) runs what the controller orders.
+        ``origins``: the files the benchmark's module and its model's module were imported from (the controller
+        refuses a side that runs the other side's code)."""
+        channel.send(self.conn, {"op": "ready", "nodeid": nodeid, "samples": rounds.n_samples,
+                                 "origins": origins or {}})
         while True:
             order = channel.receive(self.conn, WAIT_S)
             if order is None:
@@ -62,9 +65,9 @@ class Worker:
         except channel.ChannelClosed:
             pass
 
-    def close(self) -> None:
+    def close(self, exitstatus: int | None = None) -> None:
         try:
-            channel.send(self.conn, {"op": "bye"})
+            channel.send(self.conn, {"op": "bye", "exitstatus": exitstatus})
         except channel.ChannelClosed:
             pass
         self.conn.close()
