@@ -111,6 +111,11 @@ def test_the_step_is_a_change_point_the_creep_fires_the_window_the_site_shows_it
     assert f"first bad commit: {shas[20]} commit 20" in out
     steps = [line for line in out.splitlines() if line.startswith("step ")]
     assert 1 <= len(steps) <= 6 and all(": good:" in s or ": bad:" in s for s in steps), out
+    # a command line that never reaches an A/B: undecided, and the last line says why in pytest's own words
+    code = bisect_cli.main([shas[10], shas[-1], "--max-runs", "2", "--", "pytest", "no_such_test.py"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 3 and "undecided after 2 run(s): 2 step(s) undecided: no A/B ran: pytest exit 4 (usage " \
+        "error): ERROR: file or directory not found: no_such_test.py" in last, last
 
 
 def test_an_a_a_history_of_30_commits_flags_nothing(pytester, tmp_path):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import S2STError
-from ..inputs import load_json, show
+from ..inputs import load_json, read_text, show
 from .args import OneLineParser, int_in, refuse
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -88,14 +88,31 @@ def run_step(root: Path, sha: str, good: str, limits: str, pytest_args: list[str
                                                                          os.environ.get("PYTHONPATH")]))}
         with open(log_dir / f"{sha[:12]}.log", "w") as log:
             try:
-                subprocess.run(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
+                done = subprocess.run(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, timeout=RUN_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 return Step(sha, SKIP, f"pytest ran past {RUN_TIMEOUT_S:g} s")
+        if not summary.is_file():  # pytest stopped before any A/B: its exit code and its own last words say why
+            return Step(sha, SKIP, f"no A/B ran: pytest exit {done.returncode} "
+                                   f"({EXIT_WORDS.get(done.returncode, 'unknown')}): {_last_words(log_dir / f'{sha[:12]}.log')}")
         verdict, detail = judge_summary(summary)
         return Step(sha, verdict, detail)
     finally:
         tree.close()
+
+
+EXIT_WORDS = {0: "passed", 1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error",
+              5: "no tests collected"}
+
+
+def _last_words(log: Path) -> str:
+    """The line of a pytest log that says why it stopped: its last ERROR line, else its last line."""
+    try:
+        lines = [line.strip() for line in read_text(log, "pytest log").splitlines() if line.strip()]
+    except S2STError:
+        return "(no log)"
+    errors = [line for line in lines if line.startswith(("ERROR", "E "))]
+    return show((errors or lines or ["(empty log)"])[-1], 300)
 
 
 def bisect(commits: list[str], oracle, max_runs: int, say=print) -> tuple[str | None, list[Step]]:
@@ -164,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     except S2STError as exc:
         return refuse("s2st-bisect", exc)
     if first is None:
-        print(f"s2st-bisect: undecided after {len(steps)} run(s) (skipped steps or --max-runs); logs in {log_dir}")
+        skipped = [step.detail for step in steps if step.verdict == SKIP]
+        reasons = list(dict.fromkeys(skipped))
+        why = (f"{len(skipped)} step(s) undecided: {reasons[0]}"
+               + (f" (and {len(reasons) - 1} other reason(s): see above)" if len(reasons) > 1 else "")
+               if skipped else f"--max-runs {max_runs} reached")
+        print(f"s2st-bisect: undecided after {len(steps)} run(s): {why}; logs in {log_dir}")
         return 3
     subject = _git(root, "log", "-1", "--format=%s", first)
     print(f"s2st-bisect: first bad commit: {first} {show(subject, 200)} ({len(steps)} run(s); logs in {log_dir})")
