@@ -62,6 +62,7 @@ class VersionsController:
         self.compared: dict[str, Any] = {}  # each benchmark's Compared: the head's rounds become its pytest-benchmark row
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from .ab.stopping import StoppingRule
         from .versions.driver import Driver, Side, worker_args
         from .versions.paths import BasePaths
 
@@ -75,9 +76,9 @@ class VersionsController:
         sides = {"head": Side(self.start, args, self.worktree.repository, _pythonpath(self.worktree.repository)),
                  "base": Side(self.worktree.mapped(self.start), base_args, self.worktree.path,
                               _pythonpath(self.worktree.path), tuple(base_paths.absent))}
-        rounds = self.state.option("min_rounds") or AB_VERSION_ROUNDS
+        rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS, self.state.option("compare_fail") or ())
         logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
-        self.driver = Driver(sides, items, logs, self.state.option("ab_pairs"), rounds, self.state.option("ab_round_s"))
+        self.driver = Driver(sides, items, logs, self.state.option("ab_pairs"), rule, self.state.option("ab_round_s"))
 
     def compare(self, item: pytest.Item) -> Any:
         """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change."""

@@ -241,9 +241,9 @@ def median_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] |
     return _median_interval(n, confidence) if n >= MIN_PAIRS else None
 
 
-def compare_pairs(baseline: Sequence[float], candidate: Sequence[float]) -> Change:
+def compare_pairs(baseline: Sequence[float], candidate: Sequence[float], confidence: float = CONFIDENCE) -> Change:
     """Round i of each side ran next to the other's round i (ABBA): the median candidate/baseline ratio of the
-    pairs, its 95 % order-statistic interval, and the word."""
+    pairs, its order-statistic interval (95 %, or ``confidence``), and the word."""
     olds, news = usable(baseline), usable(candidate)
     n = min(_count(baseline), _count(candidate))
     if olds is None or news is None:
@@ -252,14 +252,14 @@ def compare_pairs(baseline: Sequence[float], candidate: Sequence[float]) -> Chan
         return Change(None, pairs=n)
     logs = np.sort(np.log(np.asarray(news)) - np.log(np.asarray(olds)))
     ratio = float(np.exp(np.median(logs)))
-    bounds = median_interval(n)
+    bounds = median_interval(n, confidence)
     if bounds is None:
         return Change(ratio, word=TOO_FEW, pairs=n)
     low, high = float(np.exp(logs[bounds[0]])), float(np.exp(logs[bounds[1]]))
     return Change(ratio, low, high, _word(ratio, low, high), pairs=n)
 
 
-def compare_pair_sets(sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -> Change:
+def compare_pair_sets(sets: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE) -> Change:
     """Several worker pairs, each with its rounds paired (baseline, candidate) as in ``compare_pairs``: the median
     of every pair's log-ratios pooled, its 95 % order-statistic interval, widened to hold each worker pair's own
     median -- a process's layout biases every round of its pair alike, which the pooled interval cannot see, so
@@ -275,7 +275,7 @@ def compare_pair_sets(sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -
         if one.ratio is None:
             return Change(one.ratio, word=one.word, pairs=min(_count(old), _count(new)))
         medians.append(one.ratio)
-    change = compare_pairs(pooled_old, pooled_new)
+    change = compare_pairs(pooled_old, pooled_new, confidence)
     if change.low is None or len(medians) < 2:
         return change
     low, high = min(change.low, *medians), max(change.high, *medians)

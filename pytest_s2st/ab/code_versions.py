@@ -35,11 +35,13 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
 
     details = {"base": base, "base_sha": base_sha, "head_sha": head_sha, "worker_pairs": len(compared.sets),
                "rounds_s": [list(s) for s in compared.sets],
-               "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None}
+               "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
+               "stopped": compared.stopped or "every round run"}
     method = ("median of paired head/base round ratios (each round's own time: wall less the time its thread waited "
               "for a CPU), base and head in warm worker processes (each importing its own tree, all on one CPU while "
               "timing) taking turns round by round, ABBA, worker pairs interleaved; 95% order-statistic interval of "
-              "the median, widened to hold each worker pair's own median")
+              "the median, widened to hold each worker pair's own median; the rounds stop early once that interval at "
+              "1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit (ab/stopping.py)")
     if compared.missing is not None:
         return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
                         missing=compared.missing, mode=MODE.name, details=details)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..ab.stopping import StoppingRule
 from . import channel
 
 CONNECT_S = 600.0    # a worker's start (imports, collection) until it says hello
@@ -135,6 +136,7 @@ class Compared:
     sets: list[tuple[list[float], list[float]]] = field(default_factory=list)  # per pair: (base, head) rounds
     own_sets: list[tuple[list[float], list[float]]] | None = None  # the same less each round's run-queue wait
     calls: int | None = None
+    stopped: str | None = None  # why the rounds ended before the most (ab/stopping.py)
     missing: str | None = None  # why there is no verdict (a side never reached its timing, died, refused)
 
 
@@ -152,11 +154,11 @@ class Side:
 class Driver:
     """``pairs`` worker pairs of the ``sides`` ({"base": Side, "head": Side}), logs in ``log_dir``."""
 
-    def __init__(self, sides: dict[str, Side], items: Sequence[str], log_dir: Path, pairs: int, rounds: int,
+    def __init__(self, sides: dict[str, Side], items: Sequence[str], log_dir: Path, pairs: int, rule: StoppingRule,
                  round_s: float):
         self.sides = sides
         self.order = {nodeid: i for i, nodeid in enumerate(items)}
-        self.rounds, self.round_s = rounds, round_s
+        self.rule, self.round_s = rule, round_s
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         items_file = log_dir / "items.txt"
@@ -318,7 +320,7 @@ class Driver:
         patience = ROUND_SLACK_S + 50 * per_call * calls
         times: dict[WorkerProcess, list[float]] = {w: [] for pair in pairs for w in pair}
         own: dict[WorkerProcess, list[float | None]] = {w: [] for pair in pairs for w in pair}
-        for i in range(self.rounds):
+        for i in range(self.rule.rounds):
             for j, (base, head) in enumerate(pairs):
                 for w in ((base, head) if (i + j) % 2 == 0 else (head, base)):
                     answer = self._order(w, {"op": "round", "calls": calls}, patience, "timing a round")
@@ -328,11 +330,14 @@ class Driver:
                         return
                     times[w].append(float(answer["s"]))
                     own[w].append(answer.get("own_s"))
+            result.sets = [(times[base], times[head]) for base, head in pairs]
+            result.own_sets = ([(own[base], own[head]) for base, head in pairs]
+                               if all(v is not None for w in own for v in own[w]) else None)
+            if self.rule.settled(i + 1, result.own_sets or result.sets):  # the rounds left cannot move the verdict
+                result.stopped = f"decided after {i + 1} of {self.rule.rounds} rounds"
+                break
         for w in times:
             self._done(w)
-        result.sets = [(times[base], times[head]) for base, head in pairs]
-        if all(v is not None for w in own for v in own[w]):
-            result.own_sets = [(own[base], own[head]) for base, head in pairs]
 
     def _collect(self, result: Compared, pairs: list, nodeid: str) -> Compared:
         """Each side's measurement, after its last round (the worker finishes its passes on its own)."""

@@ -1,0 +1,62 @@
+"""When a code-version A/B may stop its rounds early: a group-sequential rule over the paired round ratios.
+
+The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks
+at the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same statistic (median of the pooled
+ratios, order-statistic interval widened to each pair's median) at a stricter level: 1 - 0.05 / K for K interim
+looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries -- 1 +- the noise threshold
+(the word) and 1 + each percent runtime limit of --s2st-compare-fail (the gate) -- so the rounds left could not
+move the verdict unless the interval missed the true ratio, which happens at most 5 % of the time over all looks
+together. The verdict itself is then computed as always (95 %, on the rounds run): its interval lies inside the
+stricter one, on the same side of every boundary. An absolute runtime limit (seconds) is no ratio: no early stop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+FIRST_LOOK = 6  # rounds per pair and side at the first look (the fewest with a 95 % median interval)
+EVERY = 2       # rounds between looks
+ALPHA = 0.05    # the chance, over all looks together, that an early stop is on the wrong side of a boundary
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    rounds: int                     # the most rounds per pair and side (the fixed design's)
+    bounds: tuple[float, ...] = ()  # ratios the interval must not hold to stop; () never stops early
+
+    @classmethod
+    def for_limits(cls, rounds: int, limits: Sequence[object] = ()) -> "StoppingRule":
+        """The rule for the word's noise threshold and ``limits`` (limits.CompareLimit) on runtime_s."""
+        from ..significance import NOISE
+
+        bounds = [1 - NOISE, 1 + NOISE]
+        for limit in limits:
+            if getattr(limit, "metric", None) != "runtime_s":
+                continue
+            if not getattr(limit, "percent", False):
+                return cls(rounds)  # a limit in seconds: no ratio says which side of it the head is
+            bounds.append(1 + float(getattr(limit, "limit")) / 100)
+        return cls(rounds, tuple(sorted(set(bounds))))
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The rounds per pair and side after which the rule looks (before the last)."""
+        if not self.bounds:
+            return ()
+        return tuple(range(FIRST_LOOK, self.rounds, EVERY))
+
+    @property
+    def confidence(self) -> float:
+        return 1 - ALPHA / max(1, len(self.looks))
+
+    def settled(self, done: int, sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -> bool:
+        """After ``done`` rounds of each pair and side (``sets``: per pair, (base, head) round times), whether the
+        verdict is decided: a look, and the strict interval holds no boundary."""
+        from ..significance import compare_pair_sets
+
+        if done not in self.looks:
+            return False
+        change = compare_pair_sets(sets, self.confidence)
+        if change.low is None or change.high is None:
+            return False
+        return not any(change.low <= b <= change.high for b in self.bounds)
