@@ -170,10 +170,14 @@ def code_versions(root: Path, changes: dict[str, int]) -> dict:
                            "--s2st-summary=ab.json")
             out[name]["wall_s"].append(time.perf_counter() - start)
             out[name]["load"].append(_load())
+            start = time.perf_counter()  # the plain run of the same head, in the same window: the A/B's cost
+            plain = _pytest(root, "test_bench.py")
+            out[name].setdefault("plain_s", []).append(time.perf_counter() - start)
+            assert plain.returncode == 0, plain.stdout[-3000:]
             assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
             row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
             out[name].setdefault("trials", []).append(
-                {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round")}
+                {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round", "stopped")}
                 | {"pairs": [_median_ratio(b, h) for b, h in row.get("rounds_s") or []], "load": out[name]["load"][-1],
                    "rounds_s": row.get("rounds_s"), "rounds_own_s": row.get("rounds_own_s")})
             out[name]["ratios"].append(row["ratio"])
@@ -207,13 +211,21 @@ def in_process(root: Path, changes: dict[str, int]) -> dict:
 
 
 def _lines(title: str, result: dict, truth: dict) -> list[str]:
-    lines = [title, f"{'change':<8}{'true':>7}{'slower':>8}{'faster':>8}{'FAIL 5%':>9}  ratio min-median-max"]
+    lines = [title, f"{'change':<8}{'true':>7}{'slower':>8}{'faster':>8}{'FAIL 5%':>9}  ratio min-median-max"
+                    "   cost (A/B s / plain s, median)  rounds min-median-max"]
     for name, r in result.items():
         if not isinstance(r, dict) or "ratios" not in r:
             continue
         x = sorted(r["ratios"])
+        cost = ""
+        if r.get("plain_s"):
+            ab, plain = sorted(r["wall_s"]), sorted(r["plain_s"])
+            cost = f"   x{ab[len(ab) // 2] / plain[len(plain) // 2]:.2f} ({ab[len(ab) // 2]:.1f}/{plain[len(plain) // 2]:.1f})"
+        rounds = sorted(len(t["rounds_s"][0][0]) for t in r.get("trials", []) if t.get("rounds_s"))
+        if rounds:
+            cost += f"  {rounds[0]}-{rounds[len(rounds) // 2]}-{rounds[-1]}"
         lines.append(f"{name:<8}{truth.get(name, math.nan):>7.3f}{r['slower']:>8}{r['faster']:>8}{r['fail']:>9}  "
-                     f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}")
+                     f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}{cost}")
     return lines
 
 

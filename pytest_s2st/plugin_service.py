@@ -152,7 +152,7 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
             if base_dir is not None:
                 data["baseline_dir"] = str(base_dir)
             data["gate"] = verdict.to_dict()
-        benchmark.extra_info["s2st_service"] = data
+        _service_row(benchmark, data)
         state.add_service_level(request.node, data, baseline_data)
         return result
 
@@ -352,6 +352,16 @@ def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict,
     return merged
 
 
+def _service_row(benchmark: Any, data: dict) -> None:
+    """The level on its pytest-benchmark row; its error rate also at the row's top (``extra_info.error_rate``,
+    beside the time): a level whose requests fail fast is short, and a reader of the time alone (pytest-benchmark
+    compare, github-action-benchmark) would call it fast."""
+    benchmark.extra_info["s2st_service"] = data
+    summary = data.get("summary") if isinstance(data.get("summary"), dict) else {}
+    benchmark.extra_info["error_rate"] = summary.get("error_rate")
+    benchmark.extra_info["requests_failed"] = summary.get("n_error")
+
+
 def _write_merged_level(p: _Part, records: Any, summary: dict, merged: dict) -> None:
     """The merged level on disk (as one client's level) and in the session's service table."""
     from .service.parts import write_merged
@@ -362,5 +372,5 @@ def _write_merged_level(p: _Part, records: Any, summary: dict, merged: dict) -> 
                                                          ("level_parts", "concurrent", "start_spread_s", "parts")})
     except S2STError as exc:
         fail(exc)
-    p.benchmark.extra_info["s2st_service"] = merged
+    _service_row(p.benchmark, merged)
     p.state.add_service_level(p.request.node, merged, name=p.request.node.name.replace(f"-{p.pid}]", "]"))

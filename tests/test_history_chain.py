@@ -108,13 +108,17 @@ def test_a_real_chain_of_ab_sessions_keeps_each_ratio_against_its_parent_and_che
         shas.append(_git(repo, "rev-parse", "HEAD").strip())
         done = _run(repo, *ab, f"--benchmark-json={tmp_path / 'ab.json'}")
         assert "kept in" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
-    # the A/B session's --benchmark-json: the head's rounds as a pytest-benchmark row (what github-action-benchmark's
-    # pytest extraction reads: name, stats.ops, stats.stddev, stats.rounds), the paired ratio in extra_info
+    # the A/B session's --benchmark-json: the head's rounds as a pytest-benchmark row, read as github-action-benchmark's
+    # pytest extraction (src/extract.ts) reads it: fullname, stats.ops (iter/sec), stats.stddev, stats.mean,
+    # stats.rounds; the base's measurement and the paired ratio in extra_info
     import json
 
     [row] = json.loads((tmp_path / "ab.json").read_text())["benchmarks"]
-    assert row["name"] == "test_model" and row["stats"]["rounds"] >= 6 and row["stats"]["ops"] > 0
-    assert row["stats"]["stddev"] >= 0 and row["extra_info"]["s2st"]["ab"]["mode"] == "code versions"
+    stats = row["stats"]
+    assert row["fullname"] == "test_bench.py::test_model" and row["name"] == "test_model"
+    assert stats["rounds"] >= 6 and stats["ops"] == pytest.approx(1 / stats["mean"]) and stats["stddev"] >= 0
+    assert row["extra_info"]["s2st"]["ab"]["mode"] == "code versions"
+    assert row["extra_info"]["s2st"]["baseline"]["metrics"]["runtime_s"]["value"] > 0  # the base's side
     assert row["extra_info"]["s2st"]["ab"]["ratio"] == pytest.approx(1.5, abs=0.2)
     with sqlite3.connect(db) as conn:
         runs = conn.execute("SELECT commit_id, base_commit, subject FROM s2st_runs ORDER BY id").fetchall()

@@ -34,6 +34,8 @@ def test_service_levels_table_json_and_evidence(pytester):
     benches = {b["name"]: b["extra_info"]["s2st_service"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
     c2 = benches["test_service[callable-tone-c2]"]
     assert c2["concurrency"] == 2 and c2["summary"]["n_ok"] == 4 and c2["summary"]["error_rate"] == 0
+    row = next(b for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"] if b["name"].endswith("c2]"))
+    assert row["extra_info"]["error_rate"] == 0 and row["extra_info"]["requests_failed"] == 0  # zero is a value
     assert c2["streaming"] is False and c2["identity"]["model_type"] == "callable"
     assert 0 < c2["summary"]["ttfa_s"]["p50"] <= c2["summary"]["latency_s"]["p99"]
     assert c2["verdict"]["status"] == "PASS"
@@ -255,3 +257,19 @@ def test_external_case_name_asks_models_then_identity(tmp_path):
     with server_thread(None, app=app) as base:
         name, where = external_case_name(base + "/v1/audio/speech")
     assert name == "external-TTS-x-y" and where == "GET /identity (case_id)"
+
+
+def test_a_level_whose_requests_fail_fast_carries_its_error_rate_on_its_row(pytester):
+    """Every request refused by the model: the level is short, so the row's time alone would read fast; its
+    pytest-benchmark row carries error_rate beside the time (what compare tools and dashboards read)."""
+    cfg = write_tone_case(pytester.path, "tone", service=True)
+    with open(pytester.path / "tone.py", "a") as tone:
+        tone.write("\n\ndef build_broken():\n    def forward(sample):\n        raise ValueError('no voice')\n"
+                   "    return forward\n")
+    cfg.write_text(cfg.read_text().replace("tone.py:build_tone", "tone.py:build_broken"))
+    pytester.makepyfile(test_service=SERVICE_TEST)
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--s2st-config={cfg}", "--benchmark-json=out.json")
+    rows = {b["name"]: b for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]}
+    c2 = rows["test_service[callable-tone-c2]"]
+    assert c2["extra_info"]["error_rate"] == 1.0 and c2["extra_info"]["requests_failed"] == 4
+    assert c2["extra_info"]["s2st_service"]["summary"]["n_ok"] == 0
