@@ -48,6 +48,9 @@ def method_text(name: str, metric: Mapping[str, Any]) -> str:
     details = metric.get("details") or {}
     if name == "runtime_s" and isinstance(details, Mapping) and details.get("protocol"):
         method += f", {details['protocol']} protocol"
+    threads = details.get("threads") if isinstance(details, Mapping) else None
+    if name == "runtime_s" and isinstance(threads, int) and not isinstance(threads, bool):
+        method += f", {threads} thread{'s' if threads != 1 else ''}"  # --s2st-threads: a runtime depends on it
     return method.removeprefix("timer:").replace("torch.utils.flop_counter", "torch")
 
 

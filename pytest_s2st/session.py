@@ -262,8 +262,9 @@ class S2STSession:
                 benchmark.extra_info[key]["verdict"] = verdict.to_dict()
         if verdict.status == "FAIL":
             report.outcome = "failed"
-            # the first reason on the first line: pytest's short summary shows that line alone
-            report.longrepr = "s2st FAIL: " + "\n  ".join(verdict.reasons or ["(no reason given)"])
+            # the first reason first: pytest's short summary shows the first line alone, cut to the terminal's
+            # width ("FAILED nodeid - runtime_s x1.206 [1.182, 1.218] slower" fits 80 columns; a prefix did not)
+            report.longrepr = "\n  ".join(verdict.reasons or ["(no reason given)"]) + "\n  (the s2st verdict: FAIL)"
         elif verdict.status == "INCONCLUSIVE":
             self.inconclusive.append((item.nodeid, verdict.reasons))
             if self.option("strict"):

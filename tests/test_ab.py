@@ -128,7 +128,7 @@ def test_a_slower_candidate_fails_its_test_and_the_same_one_passes(pytester, mon
         "*s2st: A/B in one process (baseline -> candidate)*",
         "test_same *no significant change*",
         "test_slower *slower*",
-        "FAILED test_ab.py::test_slower - s2st FAIL: runtime_s x* ?*, *? slower (* ABBA pairs) against the baseline*",
+        "FAILED test_ab.py::test_slower - runtime_s x* ?*, *? slower (* ABBA pairs) against the baseline*",
     ])
     junit = (pytester.path / "junit.xml").read_text()
     assert "runtime candidate/baseline: x" in junit and "ABBA pairs" in junit

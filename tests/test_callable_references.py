@@ -52,7 +52,7 @@ def test_a_wrong_translation_fails_the_gate(pytester):
         '"it is very sunny here today"', '"otra frase sin traducir jamas"', 1))
     result = pytester.runpytest_subprocess(*FAST)
     result.assert_outcomes(failed=1)
-    assert "s2st FAIL: bleu 0.00 < 50 (min_bleu)" in no_traceback(result)
+    assert "bleu 0.00 < 50 (min_bleu)" in no_traceback(result)
 
 
 BAD_CALLS = '''

@@ -61,7 +61,7 @@ def test_the_ab_step_fails_a_slower_head_and_passes_the_same_code(tmp_path, head
     assert "s2st: A/B of code versions (base main -> head)" in out, out[-4000:]
     if slower:
         assert done.returncode == 1, out[-4000:]
-        assert re.search(r"FAILED benchmarks/test_bench.py::test_model - s2st FAIL: runtime_s x[\d.]+ \[[\d.]+, [\d.]+\] "
+        assert re.search(r"FAILED benchmarks/test_bench.py::test_model - runtime_s x[\d.]+ \[[\d.]+, [\d.]+\] "
                          r"slower \(\d+ ABBA pairs\) against the base, limit runtime_s:5%", out), out[-4000:]
         assert "| slower | **FAIL** |" in summary and 'name="s2st_verdict" value="FAIL' in junit
         if head_delay == 0.004:  # decided at the first look: 2 worker pairs x 6 rounds, not x 20 (ab/stopping.py)

@@ -33,7 +33,7 @@ def test_one_case_per_config_with_stable_ids(pytester):
         "Name*runtime*95% CI*RSS rise*peak delta*tensor peak*FLOPs",
     ])
     result.stdout.fnmatch_lines(["device peak: no column, n/a for every row: no device memory on cpu",
-                                 "methods: time.perf_counter, warm protocol, vmhwm, torch"])
+                                 "methods: time.perf_counter, warm protocol, 1 thread, vmhwm, torch"])
     data = saved_json(pytester)
     rows = {b["name"]: b["extra_info"]["s2st"] for b in data["benchmarks"]}
     lin = rows["test_inference[callable-lin]"]

@@ -30,7 +30,8 @@ def test_one_unit_per_column_from_its_largest_value():
 
 def _metrics(runtime, tensor, flops, method="torch", rounds=5):
     return {"runtime_s": {"value": runtime, "method": "timer:time.perf_counter",
-                          "details": {"rounds_s": [runtime] * rounds, "precision": 0.05, "protocol": "warm"}},
+                          "details": {"rounds_s": [runtime] * rounds, "precision": 0.05, "protocol": "warm",
+                                      "threads": 1}},
             "rss_rise_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_rss_mib": {"value": 251.3, "method": "vmhwm"},
             "peak_delta_mib": {"value": 0.4, "method": "vmhwm"},
@@ -48,13 +49,13 @@ def test_methods_are_a_footnote_and_units_do_not_mix_within_a_column():
     assert not re.search(r"KiB|\d M\b|\d us\b", body)  # MiB, G, ms only
     assert "0.0610 MiB" in lines[2] and "0.00160 G" in lines[2] and "0.0665 ms" in lines[2]
     assert "±5.0% n=5" in lines[2] and "n=2 too few" in lines[3]  # the interval, per row, in its own column
-    assert table_notes(rows)[-1] == "methods: time.perf_counter, warm protocol, vmhwm, torch"
+    assert table_notes(rows)[-1] == "methods: time.perf_counter, warm protocol, 1 thread, vmhwm, torch"
     rows.append(Row("test_c", "c", _metrics(1e-3, 1.0, 1e9, method="papi")))
     lines, notes = render_table(rows), table_notes(rows)
     assert lines[0].split()[-2:] == ["methods", "verdict"]
     assert [line.split()[-2] for line in lines[2:4]] == ["a", "a"] and lines[4].split()[-1] == "b"
-    assert notes[-2:] == ["methods a: time.perf_counter, warm protocol, vmhwm, torch",
-                          "methods b: time.perf_counter, warm protocol, vmhwm, papi"]
+    assert notes[-2:] == ["methods a: time.perf_counter, warm protocol, 1 thread, vmhwm, torch",
+                          "methods b: time.perf_counter, warm protocol, 1 thread, vmhwm, papi"]
 
 
 # the embedded default's rows (pytest benchmarks/test_inference.py with fairseq and qwen-tts installed) and, per
