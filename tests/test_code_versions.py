@@ -238,10 +238,16 @@ def test_the_base_never_runs_the_heads_code_and_names_each_failure(tmp_path):
                    "test_syntax.py": SYNTAX_HEAD,
                    "test_imports.py": IMPORT_HEAD, "test_new.py": BENCH.replace("test_model", "test_new")})
     env = {"S2ST_TEST_HEAD_DIR": str(repo)}
-    whole = _run(repo, str(repo), "--s2st-ab-base", "main", *AB, env=env)
+    whole = _run(repo, str(repo), "--s2st-ab-base", "main", *AB, "--benchmark-json=ab.json", env=env)
     out = whole.stdout + whole.stderr
     lines = _verdicts(out)
     assert "faster" in lines["test_model"], out[-4000:]
+    import json
+
+    rows = {r["name"]: r["extra_info"]["s2st"]["ab"] for r in json.loads((repo / "ab.json").read_text())["benchmarks"]}
+    # rounds sized on the slower side (the base, 4 ms a call): ceil(0.01 s / 4 ms) = 3 calls (sized on the head's
+    # 1 ms it would be 12: whole passes over the 4 samples)
+    assert rows["test_model"]["calls_per_round"] <= 4, rows["test_model"]
     assert "base: collecting test_syntax.py failed: SyntaxError" in lines["test_syntax"], out[-4000:]
     assert "test_syntax.py:1)" in lines["test_syntax"]
     assert ("base: collecting test_imports.py failed: ModuleNotFoundError: No module named 'no_such_module' "
