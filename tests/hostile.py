@@ -311,6 +311,68 @@ async def l16(req: Request, w: Writer, ctx: Ctx) -> None:
     w.write(b"0\r\n\r\n")
 
 
+def f32le(pcm: bytes) -> bytes:
+    """int16 samples as float32 little-endian (s / 32767): what a server sending audio/x-raw;format=F32LE sends."""
+    import array
+
+    ints = array.array("h")
+    ints.frombytes(pcm)
+    return array.array("f", [v / 32767 for v in ints]).tobytes()
+
+
+async def float_raw(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s of float32 samples, declared audio/x-raw;format=F32LE, in pieces that split samples."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    pcm = f32le(tone(0.5, RATE))
+    w.write(head("200 OK", f"audio/x-raw;format=F32LE;rate={RATE}"))
+    for i in range(0, len(pcm), 4097):
+        w.write(chunk(pcm[i:i + 4097]))
+        await w.drain()
+    w.write(b"0\r\n\r\n")
+
+
+def extensible_wav(pcm: bytes, rate: int, subformat: int, bits: int) -> bytes:
+    """A WAVE_FORMAT_EXTENSIBLE file (fmt chunk of 40 bytes) whose SubFormat GUID starts with ``subformat``
+    (1 PCM, 3 IEEE float)."""
+    guid = subformat.to_bytes(4, "little") + bytes.fromhex("000010008000" "00aa00389b71")
+    block = bits // 8
+    fmt = ((0xFFFE).to_bytes(2, "little") + (1).to_bytes(2, "little") + rate.to_bytes(4, "little")
+           + (rate * block).to_bytes(4, "little") + block.to_bytes(2, "little") + bits.to_bytes(2, "little")
+           + (22).to_bytes(2, "little") + bits.to_bytes(2, "little") + (4).to_bytes(4, "little") + guid)
+    return (b"RIFF" + (4 + 8 + len(fmt) + 8 + len(pcm)).to_bytes(4, "little") + b"WAVE" + b"fmt "
+            + len(fmt).to_bytes(4, "little") + fmt + b"data" + len(pcm).to_bytes(4, "little") + pcm)
+
+
+def _wav_answer(make: Callable[[], bytes]) -> Handler:
+    async def answer(req: Request, w: Writer, ctx: Ctx) -> None:
+        if not req.openai:
+            return await ok(req, w, ctx)
+        body = make()
+        w.write(head("200 OK", "audio/wav", len(body)) + body)
+    return answer
+
+
+async def sse_bom(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s of audio as SSE (either protocol) whose stream starts with a UTF-8 BOM, split across two pieces."""
+    body = b"\xef\xbb\xbf" + good_events(req, tone(0.5, RATE))
+    w.write(head("200 OK", "text/event-stream"))
+    for part in (body[:2], body[2:]):
+        w.write(chunk(part))
+        await w.drain()
+        await asyncio.sleep(0.01)
+    w.write(b"0\r\n\r\n")
+
+
+async def sse_cr(req: Request, w: Writer, ctx: Ctx) -> None:
+    """0.5 s of audio as SSE (either protocol) with CR-only line ends, in pieces of 7 bytes."""
+    body = good_events(req, tone(0.5, RATE)).replace(b"\n", b"\r")
+    w.write(head("200 OK", "text/event-stream"))
+    for i in range(0, len(body), 7):
+        w.write(chunk(body[i:i + 7]))
+    w.write(b"0\r\n\r\n")
+
+
 async def done_rate(req: Request, w: Writer, ctx: Ctx) -> None:
     """Own SSE: audio events at 24 kHz, then a done event naming 16 kHz (count and hash right)."""
     if req.openai:
@@ -461,6 +523,11 @@ MODES: dict[str, tuple[Handler, Handler]] = {
     "l16": (l16, get_ok),
     "done_rate": (done_rate, get_ok),
     "wav_as_pcm": (wav_as_pcm, get_ok),
+    "float_raw": (float_raw, get_ok),
+    "wav_ext_pcm": (_wav_answer(lambda: extensible_wav(tone(0.5, RATE), RATE, 1, 16)), get_ok),
+    "wav_ext_float": (_wav_answer(lambda: extensible_wav(f32le(tone(0.5, RATE)), RATE, 3, 32)), get_ok),
+    "sse_bom": (sse_bom, get_ok),
+    "sse_cr": (sse_cr, get_ok),
     "max_raw": (max_raw, get_ok),
     "max_wav": (max_wav, get_ok),
     "by_path": (by_path, get_ok),

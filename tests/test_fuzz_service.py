@@ -323,3 +323,22 @@ def test_workload_loads_or_is_one_line(data):
     for i in loaded:  # whatever loads can be sent
         json.dumps(i, ensure_ascii=False).encode("utf-8")
         assert isinstance(i["seed"], int) and not isinstance(i["seed"], bool) and not math.isnan(i["seed"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(st.dictionaries(st.sampled_from("abc"), st.integers(-5, 5), min_size=1), min_size=1, max_size=4),
+       end=st.sampled_from([b"\n", b"\r", b"\r\n"]), bom=st.booleans(),
+       cuts=st.lists(st.integers(0, 400), max_size=8))
+def test_fuzz_sse_line_ends_and_a_leading_bom_read_the_same_events(events, end, bom, cuts):
+    """The WHATWG event-stream grammar: lines end in CRLF, LF or CR, and one leading UTF-8 BOM is not part of
+    the stream; however the body is cut into pieces (a CRLF or the BOM split across two), the same events."""
+    from pytest_s2st.service.readers.limits import Limits
+    from pytest_s2st.service.readers.sse_frames import BOM, Events
+
+    body = (BOM if bom else b"") + b"".join(b"data: " + json.dumps(e).encode() + end + b": a comment" + end + end
+                                             for e in events)
+    reader, got, at = Events(Limits(60)), [], 0
+    for cut in sorted(set(c for c in cuts if c < len(body))) + [len(body)]:
+        got += [json.loads(raw) for raw in reader.feed(body[at:cut])]
+        at = cut
+    assert got == events

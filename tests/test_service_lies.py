@@ -69,10 +69,11 @@ def ttfa(record: dict) -> float:
 REFUSED = [
     ("nul_encoding", OPENAI, "Content-Encoding\\x00"),
     ("nul_encoding", {}, "Content-Encoding\\x00"),
-    ("stereo", OPENAI, "2 channels; the client reads mono int16 PCM only (channels=1)"),
+    ("stereo", OPENAI, "2 channels; the client reads mono PCM only (channels=1)"),
     ("done_rate", {}, "done event says sample_rate 16000, its audio events 24000"),
     ("wav_as_pcm", OPENAI, "the audio begins with a RIFF/WAVE header: a WAV file sent as audio/pcm"),
     ("wav_as_pcm", SSE, "the audio begins with a RIFF/WAVE header: a WAV file sent as text/event-stream"),
+    ("wav_ext_float", OPENAI, "WAVE_FORMAT_EXTENSIBLE SubFormat 00000003-0000-0010-8000-00aa00389b71 (IEEE float)"),
 ]
 
 
@@ -109,6 +110,20 @@ def test_l16_is_big_endian_and_swapped(tmp_path, transport):
     """RFC 2586's audio/L16 is network byte order: the evidence holds the samples, not their byte swap (the
     server's pieces are 4,097 bytes: samples split across pieces)."""
     result = load(tmp_path, "l16", transport, **OPENAI)
+    for r in result.records:
+        assert r["status"] == "ok", r["error"]
+        assert r["audio_seconds"] == 0.5
+        assert wav_pcm(tmp_path, r["id"]) == (RATE, tone(0.5, RATE))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode, options", [("float_raw", OPENAI), ("wav_ext_pcm", OPENAI), ("sse_bom", SSE),
+                                           ("sse_bom", {}), ("sse_cr", SSE), ("sse_cr", {})])
+def test_legal_audio_shapes_read_as_the_samples_sent(tmp_path, mode, options, transport):
+    """0.5 s sent each way, byte for byte in the evidence: float32 raw PCM declared format=F32LE (was read as
+    int16: 1.0 s), a WAVE_FORMAT_EXTENSIBLE whose SubFormat is PCM, an SSE stream opening with a UTF-8 BOM
+    (its first event was dropped: 0.4 s) and one with CR-only line ends (refused), on both protocols."""
+    result = load(tmp_path, mode, transport, **options)
     for r in result.records:
         assert r["status"] == "ok", r["error"]
         assert r["audio_seconds"] == 0.5
@@ -238,17 +253,20 @@ def test_fuzz_media_type_parameters_round_trip(params, quote, space):
                                             st.text(max_size=10)))
 def test_fuzz_pcm_format_reads_or_refuses_in_one_line(text):
     try:
-        rate, big_endian = pcm_format(text)
+        rate, sample = pcm_format(text)
     except ValueError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
     assert rate is None or 0 < rate <= 384_000
-    assert big_endian == (media_type(text)[0] == "audio/l16")
+    assert (sample == "S16BE") == (media_type(text)[0] == "audio/l16" or media_type(text)[1].get("format",
+                                                                                                    "").upper() == "S16BE")
 
 
 @pytest.mark.parametrize("ctype, read", [
-    ("audio/pcm", (None, False)), ("audio/L16;rate=16000", (16000, True)), ('audio/pcm; rate="8000"', (8000, False)),
-    ("audio/pcm;rate=24000;channels=1", (24000, False)), ("audio/pcm;;", (None, False)),
+    ("audio/pcm", (None, "S16LE")), ("audio/L16;rate=16000", (16000, "S16BE")),
+    ('audio/pcm; rate="8000"', (8000, "S16LE")), ("audio/pcm;rate=24000;channels=1", (24000, "S16LE")),
+    ("audio/pcm;;", (None, "S16LE")), ("audio/x-raw;format=F32LE;rate=24000", (24000, "F32LE")),
+    ("audio/x-raw;format=s16be", (None, "S16BE")),
 ])
 def test_pcm_format(ctype, read):
     assert pcm_format(ctype) == read
@@ -258,6 +276,7 @@ def test_pcm_format(ctype, read):
     ("audio/pcm;rate=24000;channels=2", "2 channels"), ("audio/pcm;rate=1;rate=2", "names rate twice"),
     ("audio/pcm;rate=1;sample_rate=1", "names its rate twice"), ("audio/pcm;rate", "malformed parameter"),
     ("audio/pcm;rate=0", "is not in 1-384000"), ("audio/pcm;" + "x" * 2000, "at most 1024"),
+    ("audio/x-raw;format=S24LE", "format 'S24LE' is not read"), ("audio/L16;format=F32LE", "audio/L16 is S16BE"),
 ])
 def test_pcm_format_refused(ctype, why):
     with pytest.raises(ValueError, match=re.escape(why)):
@@ -344,7 +363,7 @@ def test_the_docs_table_names_the_reasons_recorded():
     lines = DOCS.read_text().split("Lies a server can tell", 1)[1].splitlines()
     first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("|"))
     rows = [line for line in lines[first:first + 50] if line.lstrip().startswith("|")]
-    assert len(rows) == 2 + 7  # the header, its rule, a row per lie
+    assert len(rows) == 2 + 10  # the header, its rule, a row per lie
     quoted = re.findall(r"`([^`]+)`", "\n".join(rows))
     tested = {reason for _, _, reason in REFUSED} | {r for _, _, o, r in PYTEST_PATH if o == "inconclusive"}
     for reason in tested:

@@ -162,11 +162,22 @@ def error_message(raw: bytes) -> str:
         return raw.decode(errors="replace").strip()
 
 
+# the SubFormat GUIDs of WAVE_FORMAT_EXTENSIBLE (ksmedia.h), as the fmt chunk holds them (little-endian fields)
+KSDATAFORMAT_SUBTYPE_PCM = bytes.fromhex("0100000000001000800000aa00389b71")
+KSDATAFORMAT_SUBTYPE_IEEE_FLOAT = bytes.fromhex("0300000000001000800000aa00389b71")
+
+
+def _guid(raw: bytes) -> str:
+    """A GUID as written (00000003-0000-0010-8000-00aa00389b71) from its 16 bytes."""
+    a, b, c = struct.unpack_from("<IHH", raw)
+    return f"{a:08x}-{b:04x}-{c:04x}-{raw[8:10].hex()}-{raw[10:16].hex()}"
+
+
 class WavReader:
     """Incremental, bounded RIFF/WAVE reader: body pieces in, int16 mono PCM out.
 
     The header (every chunk before "data") may be at most ``max_header`` bytes; only 16-bit PCM mono
-    (format 1, or WAVE_FORMAT_EXTENSIBLE) is taken. A data size of 0 or 0xFFFFFFFF (a streamed WAV
+    (format 1, or WAVE_FORMAT_EXTENSIBLE whose SubFormat is PCM) is taken. A data size of 0 or 0xFFFFFFFF (a streamed WAV
     whose length was unknown) means "to the end of the body"; bytes after a sized data chunk (e.g. a
     trailing LIST chunk) are dropped."""
 
@@ -215,6 +226,14 @@ class WavReader:
         tag, channels, rate, _, _, bits = struct.unpack_from("<HHIIHH", data)
         if tag not in (1, 0xFFFE):
             raise ValueError(f"WAV format tag {tag}, not PCM (1)")
+        if tag == 0xFFFE:  # WAVE_FORMAT_EXTENSIBLE: the samples' format is its SubFormat GUID, not the tag
+            if len(data) < 40:
+                raise ValueError(f"WAVE_FORMAT_EXTENSIBLE fmt chunk of {len(data)} bytes (40 hold its SubFormat)")
+            sub = data[24:40]
+            if sub != KSDATAFORMAT_SUBTYPE_PCM:
+                name = "IEEE float" if sub == KSDATAFORMAT_SUBTYPE_IEEE_FLOAT else "not PCM"
+                raise ValueError(f"WAVE_FORMAT_EXTENSIBLE SubFormat {_guid(sub)} ({name}); the client reads 16-bit "
+                                 "PCM only")
         if channels != 1 or bits != 16:
             raise ValueError(f"WAV is {channels} channel(s) of {bits}-bit samples; expected mono 16-bit PCM")
         self.rate = check_rate(rate, "WAV header")

@@ -1,5 +1,5 @@
-"""A raw int16 PCM answer (OpenAI's pcm, audio/L16): every body piece an audio arrival; its Content-Type
-read as RFC 9110 writes it (rate, byte order, channels)."""
+"""A raw PCM answer (OpenAI's pcm, audio/L16, audio/x-raw): every body piece an audio arrival; its Content-Type
+read as RFC 9110 writes it (rate, sample format, channels). Kept as int16: float32 samples are converted."""
 from __future__ import annotations
 
 import array
@@ -42,11 +42,16 @@ def media_type(value: str) -> tuple[str, dict[str, str]]:
     return media.strip(" \t").lower(), params
 
 
-def pcm_format(content_type: str) -> tuple[int | None, bool]:
-    """(the rate it names or None, big-endian) of a raw PCM answer's Content-Type; ValueError (one line) for
-    a shape the client does not read. RFC 2586's audio/L16 is big-endian (network byte order); every other
-    raw type is read as OpenAI's pcm, little-endian. More than one channel is refused, as a WAV of two is:
-    the evidence and every score are mono, and interleaved frames counted as samples double the audio."""
+FORMATS = {"S16LE": 2, "S16BE": 2, "F32LE": 4}  # sample format (GStreamer's names) -> bytes a sample
+
+
+def pcm_format(content_type: str) -> tuple[int | None, str]:
+    """(the rate it names or None, its sample format: FORMATS) of a raw PCM answer's Content-Type; ValueError
+    (one line) for a shape the client does not read. RFC 2586's audio/L16 is big-endian int16 (network byte
+    order); every other raw type is int16 little-endian, as OpenAI's pcm, unless its ``format`` parameter names
+    another (audio/x-raw;format=F32LE: float32 read as int16 would count each sample twice). More than one
+    channel is refused, as a WAV of two is: the evidence and every score are mono, and interleaved frames
+    counted as samples double the audio."""
     media, params = media_type(content_type)
     named = [n for n in _RATE_NAMES if n in params]
     if len(named) > 1:
@@ -60,44 +65,58 @@ def pcm_format(content_type: str) -> tuple[int | None, bool]:
     channels = params.get("channels", "1")
     if not (channels.isascii() and channels.isdigit() and int(channels) == 1):
         raise ValueError(f"Content-Type {content_type[:80]!r}: {channels[:20]} channels; the client reads mono "
-                         "int16 PCM only (channels=1)")
-    return rate, media == "audio/l16"
+                         "PCM only (channels=1)")
+    implied = "S16BE" if media == "audio/l16" else "S16LE"
+    sample = params.get("format", implied).upper()
+    if sample not in FORMATS or (media == "audio/l16" and sample != implied):
+        raise ValueError(f"Content-Type {content_type[:80]!r}: format {params['format'][:20]!r} is not read (the "
+                         f"client reads {', '.join(FORMATS)}{'; audio/L16 is S16BE' if media == 'audio/l16' else ''})")
+    return rate, sample
 
 
-def _swap16(data: bytes) -> bytes:
-    """Big-endian int16 samples -> little-endian (an even number of bytes)."""
-    samples = array.array("h")
-    samples.frombytes(data)
-    samples.byteswap()
-    return samples.tobytes()
+def _to_int16(data: bytes, sample: str) -> bytes:
+    """Whole samples of ``sample`` format -> int16 little-endian (float32 clipped to [-1, 1], scaled by 32767)."""
+    if sample == "S16LE":
+        return data
+    if sample == "S16BE":
+        samples = array.array("h")
+        samples.frombytes(data)
+        samples.byteswap()
+        return samples.tobytes()
+    import numpy as np
+
+    floats = np.frombuffer(data, dtype="<f4")
+    if not np.isfinite(floats).all():
+        raise Fail("raw PCM response: a float32 sample is not finite (NaN or infinity)")
+    return np.round(np.clip(floats, -1.0, 1.0) * 32767).astype("<i2").tobytes()
 
 
 async def read_raw_pcm(s: Stream) -> None:
-    """Raw int16 mono PCM: every body piece, stamped as read, is an audio arrival (a piece may split a
-    sample; TTFA waits for the first whole one). The body's end is the done. The rate: the Content-Type's,
-    else the one asked for (``Stream.sample_rate``); audio/L16 is swapped to little-endian as it arrives."""
+    """Raw mono PCM: every body piece, stamped as read, is an audio arrival (a piece may split a sample; TTFA
+    waits for the first whole one). The body's end is the done. The rate: the Content-Type's, else the one asked
+    for (``Stream.sample_rate``); big-endian and float32 samples become int16 little-endian as they arrive."""
     try:
-        rate, big_endian = pcm_format(s.body.headers.get("content-type", ""))
+        rate, sample = pcm_format(s.body.headers.get("content-type", ""))
     except ValueError as exc:
         raise Fail(str(exc)) from None
+    width = FORMATS[sample]
     rate = rate or s.sample_rate
     s.record.sample_rate = rate
-    s.body.max_chunk_bytes = s.limits.at(rate)[2]
-    carry = b""  # L16: the first byte of a sample split across pieces
+    s.body.max_chunk_bytes = s.limits.at(rate)[2] * width // 2
+    carry = b""  # the first bytes of a sample split across pieces
     async for piece in s.body.pieces():
         t = s.now()
         if piece:
             s.seen.body(piece)
-            if big_endian:
+            if sample != "S16LE":
                 data = carry + piece if carry else piece
-                whole = len(data) & ~1
+                whole = len(data) - len(data) % width
                 carry = data[whole:]
-                piece = _swap16(data[:whole])
+                piece = _to_int16(data[:whole], sample)
             s.audio(piece, t, rate)
             await s.room()
     s.record.done_t = s.now()
     if carry:
-        raise Fail(f"raw PCM response: {s.pcm.size + 1} bytes is not whole int16 samples")
+        raise Fail(f"raw PCM response: {len(carry)} byte(s) after the last whole {sample} sample")
     s.whole_samples("raw PCM response")
     s.record.server_done = {}
-

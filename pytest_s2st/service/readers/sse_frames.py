@@ -24,6 +24,7 @@ class Streamed:
         return f"Streamed({self.event!r}, {self.audio_bytes})"
 
 
+BOM = b"\xef\xbb\xbf"  # one at the stream's start is not part of its first line (WHATWG HTML, 9.2.5)
 HOLD_BYTES = 256 * 1024  # an SSE line or event held whole; a larger one is streamed (Events)
 MAX_FIELDS = 64 * 1024  # a streamed event's JSON besides its audio field's base64
 _B64 = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
@@ -193,6 +194,8 @@ class Events:
         self._scan: _Scanner | None = None  # the current event, streamed
         self._long: str | None = None  # a line too long to hold, being read: "data" or "skip"
         self._long_size = 0
+        self._start: bytes | None = b""  # the stream's first bytes, until a leading BOM is known or not
+        self._cr = False  # the last piece ended with a CR: a LF first in the next is the same line end
 
     def _check(self, n: int, what: str) -> None:
         if n > self.limit:
@@ -264,9 +267,30 @@ class Events:
             self._stream(b"", True)
         self._long_line(head[6:] if head[:6] == b"data: " else head[5:])
 
+    def _lines(self, piece: bytes) -> bytes:
+        """``piece`` with the stream's one leading UTF-8 BOM removed and every line end (CRLF, LF or a CR alone,
+        as the WHATWG event-stream grammar allows) made LF; a CRLF split across pieces stays one line end."""
+        if self._start is not None:
+            piece = self._start + piece
+            if len(piece) < len(BOM) and BOM.startswith(piece):
+                self._start = piece
+                return b""
+            self._start = None
+            if piece.startswith(BOM):
+                piece = piece[len(BOM):]
+        if self._cr and piece[:1] == b"\n":
+            piece = piece[1:]
+        if b"\r" in piece:
+            self._cr = piece[-1:] == b"\r"
+            piece = piece.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        else:
+            self._cr = False
+        return piece
+
     def feed(self, piece: bytes) -> Iterator[Any]:
         """The events that ``piece`` completes, as they are found (a caller that stops reads no further):
         bytes (held whole) or Streamed."""
+        piece = self._lines(bytes(piece))
         view = memoryview(piece)
         pos, n = 0, len(piece)
         while pos < n:
