@@ -373,6 +373,32 @@ async def sse_cr(req: Request, w: Writer, ctx: Ctx) -> None:
     w.write(b"0\r\n\r\n")
 
 
+async def folded(req: Request, w: Writer, ctx: Ctx) -> None:
+    """The answer's Content-Type folded over two lines (RFC 9112 5.2's obsolete line folding)."""
+    if not req.openai:
+        return await ok(req, w, ctx)
+    w.write(f"HTTP/1.1 200 OK\r\nContent-Type: audio/pcm;\r\n\t rate={RATE}\r\nContent-Length: {len(PCM)}\r\n"
+            f"\r\n".encode() + PCM)
+
+
+INTERIM = 40  # 1xx responses before the final one (the client took at most 16)
+
+
+async def many_interim(req: Request, w: Writer, ctx: Ctx) -> None:
+    for _ in range(INTERIM):
+        w.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+    await ok(req, w, ctx)
+
+
+async def close_after(req: Request, w: Writer, ctx: Ctx) -> None:
+    """Answers, and closes the connection (no Connection: close) as the next request arrives on it, unread: an
+    idle timeout crossing a request on the wire (Hostile.handle does the closing)."""
+    await ok(req, w, ctx)
+
+
+CLOSE_ON_NEXT = {"close_after"}
+
+
 async def done_rate(req: Request, w: Writer, ctx: Ctx) -> None:
     """Own SSE: audio events at 24 kHz, then a done event naming 16 kHz (count and hash right)."""
     if req.openai:
@@ -524,6 +550,9 @@ MODES: dict[str, tuple[Handler, Handler]] = {
     "done_rate": (done_rate, get_ok),
     "wav_as_pcm": (wav_as_pcm, get_ok),
     "float_raw": (float_raw, get_ok),
+    "folded": (folded, get_ok),
+    "many_interim": (many_interim, get_ok),
+    "close_after": (close_after, get_ok),
     "wav_ext_pcm": (_wav_answer(lambda: extensible_wav(tone(0.5, RATE), RATE, 1, 16)), get_ok),
     "wav_ext_float": (_wav_answer(lambda: extensible_wav(f32le(tone(0.5, RATE)), RATE, 3, 32)), get_ok),
     "sse_bom": (sse_bom, get_ok),
@@ -567,6 +596,9 @@ class Hostile:
                 self.seen.append((req.method, req.path, req.headers))
                 await (post if req.method == "POST" else get)(req, writer, self.ctx)
                 await writer.drain()
+                if self.mode in CLOSE_ON_NEXT and req.method == "POST":
+                    await reader.read(1)  # the next request's first byte: closed with it unread
+                    return
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:

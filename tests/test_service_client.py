@@ -86,7 +86,7 @@ def test_records_wavs_ids_and_summary(tmp_path):
     assert list(json.loads(lines[0])) == [  # the JSON line's keys, in the order they always had
         "id", "concurrency", "index", "warmup", "workload_id", "text", "language", "voice", "seed", "due_t",
         "start_t", "send_t", "send_wall", "first_audio_t", "chunks", "done_t", "audio_seconds", "sample_rate",
-        "http_status", "streaming", "status", "error", "pcm_sha256", "wav", "server_done"]
+        "http_status", "streaming", "status", "error", "pcm_sha256", "wav", "server_done", "retried"]
     for line in lines:  # a record read back writes the same line
         assert runs.record_json(RequestRecord.from_dict(json.loads(line)).to_dict()) == line
 

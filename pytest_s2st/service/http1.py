@@ -28,7 +28,6 @@ from typing import Any, AsyncIterator, Awaitable
 MAX_HEADER_BYTES = 64 * 1024  # status line + headers (aiohttp's server allows 8 KiB per line)
 MAX_CHUNK_BYTES = 64 * 1024 * 1024  # one chunk's announced size; the client sets its own from the workload
 _MAX_LINE = 8 * 1024  # a chunk-size line (hex + extensions) or one trailer line
-_MAX_INTERIM = 16  # 1xx responses before the final one
 _READ_SIZE = 256 * 1024
 _HEX = re.compile(rb"[0-9A-Fa-f]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -86,6 +85,18 @@ async def _bounded(awaitable: Awaitable[Any], seconds: float) -> Any:
         raise Stalled(f"no data for {seconds:g} s") from None
 
 
+def _unfolded(lines: list[bytes]) -> list[bytes]:
+    """Header lines with each obsolete line folding (a line starting with SP or HTAB continues the one before)
+    replaced by one SP, as RFC 9112 5.2 tells a recipient to; a first line that starts so is left to be refused."""
+    out: list[bytes] = []
+    for line in lines:
+        if line[:1] in (b" ", b"\t") and out:
+            out[-1] = out[-1].rstrip(b" \t") + b" " + line.strip(b" \t")
+        else:
+            out.append(line)
+    return out
+
+
 class Connection:
     """Its own read buffer over the stream: a response that arrived in one segment (the usual case) is
     parsed with one bounded socket read, not one per framing line (each bound costs a timer)."""
@@ -97,6 +108,8 @@ class Connection:
         self._framing: tuple[str, int] = ("close", 0)
         self.max_header_bytes = MAX_HEADER_BYTES
         self.max_chunk_bytes = MAX_CHUNK_BYTES
+        self.carried = 0  # requests sent on it
+        self.heard = 0  # bytes read since the last request was sent
 
     @classmethod
     async def open(cls, host: str, port: int, *, tls: bool, timeout_s: float) -> "Connection":
@@ -132,10 +145,20 @@ class Connection:
 
     def send(self, data: bytes) -> None:
         """Hand the request to the socket (asyncio writes at once when its buffer is empty)."""
+        self.carried += 1
+        self.heard = 0
         self.writer.write(data)
+
+    @property
+    def closed_unanswered(self) -> bool:
+        """The server closed this kept-alive connection before any byte of the answer to its latest request: a
+        close that crossed the request on the wire (a server that closes idle connections without saying so),
+        so the request never reached it. Browsers and urllib3 send such a request again, once, on a new one."""
+        return self.carried > 1 and self.heard == 0 and not self._buf
 
     async def _fill(self, read_timeout_s: float) -> None:
         data = await _bounded(self.reader.read(_READ_SIZE), read_timeout_s)
+        self.heard += len(data)
         if not data:
             self.reusable = False
             raise Disconnected("server disconnected mid-response")
@@ -173,7 +196,7 @@ class Connection:
 
     async def response(self, read_timeout_s: float) -> Response:
         """Status line and headers of the next final (non-1xx) response."""
-        for _ in range(_MAX_INTERIM + 1):
+        while True:  # any number of interim responses (RFC 9110 15.2); the caller's deadline bounds a drip
             try:
                 head = await self._until(b"\r\n\r\n", read_timeout_s, self.max_header_bytes,
                                          "response headers passed max_header_bytes")
@@ -185,7 +208,7 @@ class Connection:
                 raise ProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
             status = int(parts[1])
             headers: dict[str, str] = {}
-            for line in lines[1:]:
+            for line in _unfolded(lines[1:]):
                 name, sep, value = line.partition(b":")
                 if not sep or not name or name[:1] in (b" ", b"\t"):
                     raise ProtocolError(f"malformed header line: {line[:80]!r}")
@@ -206,7 +229,6 @@ class Connection:
             except ProtocolError as exc:
                 raise ProtocolError(f"HTTP {status}: {exc}") from None
             return Response(status, headers)
-        raise ProtocolError(f"more than {_MAX_INTERIM} interim (1xx) responses")
 
     def _frame(self, status: int, headers: dict[str, str]) -> tuple[str, int]:
         if status in (204, 304):

@@ -46,6 +46,7 @@ class RequestRecord:
     pcm_sha256: str | None = None
     wav: str | None = None
     server_done: dict | None = None  # samples / sample_rate / pcm_sha256 the server says it sent; a key once read
+    retried: bool = False  # sent again on a new connection: the kept one closed before any byte of its answer
 
     def to_dict(self) -> dict:
         """The JSON line's object: ``workload`` spread where its keys always stood, ``server_done`` only

@@ -189,7 +189,19 @@ class Http1(Transport):
         head = self.head + f"X-Request-Id: {record.id}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
         record.send_t = run.now()
         conn.send(head + payload)
-        resp = await conn.response(run.opts.read_timeout_s)
+        try:
+            resp = await conn.response(run.opts.read_timeout_s)
+        except (http1.Disconnected, ConnectionResetError, BrokenPipeError):
+            if not conn.closed_unanswered:
+                raise
+            # the kept connection was closed as the request went out: it never reached the server. Once more on
+            # a new connection (as browsers and urllib3 do), timed from that send, and said so in the record
+            record.retried = True
+            slot.drop()
+            conn = await self._connect(slot)
+            record.send_t = run.now()
+            conn.send(head + payload)
+            resp = await conn.response(run.opts.read_timeout_s)
         await answer(_H1Response(conn, resp, run.opts.read_timeout_s))
 
 
