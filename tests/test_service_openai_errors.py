@@ -44,19 +44,17 @@ def base():
         yield url
 
 
-MULTIPART = aiohttp.FormData()
-MULTIPART.add_field("input", b"hello", filename="a.txt", content_type="text/plain")
+
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 @pytest.mark.parametrize("kw, message, param", [
-    ({"data": b"{oops"}, "body: not valid JSON (line 1 column 2", None),
-    ({"data": b""}, "body: not valid JSON (line 1 column 1", None),
+    ({"data": b"{oops", "headers": JSON_TYPE}, "body: not valid JSON (line 1 column 2", None),
+    ({"data": b"", "headers": JSON_TYPE}, "body: not valid JSON (line 1 column 1", None),
     ({"json": [1, 2]}, "body: expected a JSON object, got list", None),
-    ({"data": b"null"}, "body: expected a JSON object, got null", None),
-    ({"data": {"input": "hello"}}, "body: not valid JSON", None),  # a form, as requests' data= sends
-    ({"data": MULTIPART}, "body: not valid JSON", None),
-    ({"data": b'{"input": "\xff\xfe"}'}, "body: not UTF-8 (byte 11)", None),
-    ({"data": b"[" * 100_000}, "body: JSON nested too deeply", None),
+    ({"data": b"null", "headers": JSON_TYPE}, "body: expected a JSON object, got null", None),
+    ({"data": b'{"input": "\xff\xfe"}', "headers": JSON_TYPE}, "body: not UTF-8 (byte 11)", None),
+    ({"data": b"[" * 100_000, "headers": JSON_TYPE}, "body: JSON nested too deeply", None),
     ({"json": {}}, "input: Field required", "input"),  # {} is no own-protocol request: OpenAI's field is named
     ({"json": {"input": "hi", "voice": 3}}, "voice: Input should be a valid string, got 3", "voice"),
     ({"json": {"input": "hi", "task_type": "Clone"}},
@@ -76,6 +74,37 @@ def test_malformed_bodies_are_400_in_openai_shape(base, kw, message, param):
     assert_openai_error(data, message, param)
 
 
+@pytest.mark.parametrize("headers, said", [
+    ({"Content-Type": "text/plain"}, "(Content-Type 'text/plain')"), ({}, "(no Content-Type)"),
+    ({"Content-Type": "application/x-www-form-urlencoded"}, "(Content-Type 'application/x-www-form-urlencoded')"),
+])
+def test_a_body_that_does_not_say_it_is_json_is_415_as_vllm_answers_it(base, headers, said):
+    """vLLM's validate_json_request: only application/json is read (415; later vLLM answers 400 with the same
+    message). http.client sends no Content-Type unless told: the 'none' case is a real one."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    where = urlsplit(base)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    conn.request("POST", SPEECH, body=b'{"input": "hello"}', headers=headers)
+    answer = conn.getresponse()
+    data = json.loads(answer.read())
+    conn.close()
+    assert answer.status == 415
+    assert_openai_error(data, "Unsupported Media Type: Only 'application/json' is allowed " + said, "Content-Type")
+
+
+@pytest.mark.parametrize("body", [b'\xef\xbb\xbf{"input": "hi", "response_format": "pcm"}',
+                                  b'{"model": "", "input": "hi", "response_format": "pcm"}'])
+def test_a_bom_before_the_json_and_an_empty_model_are_served_as_vllm_serves_them(base, body):
+    async def main():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(base + SPEECH, data=body, headers=JSON_TYPE) as r:
+                return r.status, await r.read()
+    status, pcm = asyncio.run(main())
+    assert status == 200 and len(pcm) == 2 * int(24000 * (0.1 + 0.02 * 2))
+
+
 def test_unknown_model_is_404_and_after_validation(base):
     status, _, _, data = post_raw(base, SPEECH, json={"model": "no-such-model", "input": "hi"})
     assert status == 404
@@ -90,7 +119,7 @@ def test_unknown_model_is_404_and_after_validation(base):
 
 
 def test_framework_errors_under_v1_are_openai_shaped(base):
-    status, ctype, _, data = post_raw(base, SPEECH, data=b"x" * (MAX_BODY_BYTES + 1))
+    status, ctype, _, data = post_raw(base, SPEECH, data=b"x" * (MAX_BODY_BYTES + 1), headers=JSON_TYPE)
     assert (status, ctype) == (413, "application/json")  # not aiohttp's text/plain
     assert_openai_error(data, f"body: larger than {MAX_BODY_BYTES} bytes")
     status, _, _, data = post_raw(base, "/v1/no/such/path", json={})

@@ -161,7 +161,7 @@ class _SpeechApp:
             name = getattr(exc, "field", None) or str(exc).split(":", 1)[0]
             return self.answers.error(openai, 400, str(exc), None if name == "body" else name)
         if openai:  # after validation, as vLLM checks the model after its request model parsed
-            if body.get("model") is not None and body["model"] not in self.model_ids:
+            if body.get("model") not in (None, "") and body["model"] not in self.model_ids:  # "": vLLM serves it
                 return self._unknown_model(body["model"])
             self._note_ignored(body)
         fields.pop("model", None)
@@ -192,9 +192,15 @@ class _SpeechApp:
             return self.answers.error(openai, 500, f"synthesis failed: {type(exc).__name__}: {exc}")
 
     async def speech(self, request: web.Request) -> web.StreamResponse:
+        # vLLM's validate_json_request: the body is JSON only when it says so (415 there; 400 in later vLLM)
+        media = request.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            said = f"Content-Type {media[:60]!r}" if media else "no Content-Type"
+            return self.answers.error(True, 415, f"Unsupported Media Type: Only 'application/json' is allowed "
+                                                 f"({said})", "Content-Type")
         raw = await request.read()  # over MAX_BODY_BYTES: 413, answered by the /v1 error middleware
         try:
-            body = json.loads(raw.decode("utf-8"))
+            body = json.loads(raw.decode("utf-8-sig"))  # one leading BOM dropped, as FastAPI's request.json()
         except UnicodeDecodeError as exc:
             return self.answers.error(True, 400, f"body: not UTF-8 (byte {exc.start})")
         except json.JSONDecodeError as exc:
