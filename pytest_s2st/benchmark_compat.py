@@ -221,7 +221,7 @@ def benchmark_twins(config: Any) -> tuple[dict[str, Any], list[str]]:
         out["max_time"] = float(config.getoption("benchmark_max_time"))
         out["fill_time"] = True
     if given(config, "--benchmark-warmup-iterations"):
-        out["warmup"] = max(0, int(config.getoption("benchmark_warmup_iterations")))
+        out["warmup"] = int(config.getoption("benchmark_warmup_iterations"))  # a negative one refused (session)
     if given(config, "--benchmark-warmup") and not config.getoption("benchmark_warmup"):
         refusals.append("--benchmark-warmup off: s2st benchmarks always warm up (every input shape before the "
                         "timed rounds); to time each new shape cold as fairseq's get_metrics.py does, use "

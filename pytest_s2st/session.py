@@ -88,11 +88,13 @@ class S2STSession:
         flags = {"min_rounds": "--benchmark-min-rounds", "max_time": "--benchmark-max-time",
                  "warmup": "--benchmark-warmup-iterations"}
         for name, value in twins.items():
+            if name == "min_rounds" and value < 1:
+                raise S2STError(f"{flags[name]}: must be an integer > 0 for s2st benchmarks, got {value}")
+            if name == "warmup" and value < 0:  # pytest-benchmark takes -5 silently (as 0 warm-ups)
+                raise S2STError(f"{flags[name]}: must be an integer >= 0, got {value}")
             if name in self.explicit and self.explicit[name] != value:
                 raise S2STError(f"{flags[name]} {value} and {BY_NAME[name].flag} {self.explicit[name]} disagree: "
                                 "give one of them")
-            if name == "min_rounds" and value < 1:
-                raise S2STError(f"{flags[name]}: must be an integer > 0 for s2st benchmarks, got {value}")
             if name == "max_time":  # pytest-benchmark takes -1 silently; an s2st benchmark would add no round
                 try:
                     value = BY_NAME[name].parse(value)

@@ -263,6 +263,12 @@ def test_benchmark_max_time_that_is_no_duration_is_a_usage_error(pytester, value
     assert_one_clear_line(result, "--benchmark-max-time", "must be a number > 0")
 
 
+def test_a_negative_benchmark_warmup_is_a_usage_error(pytester):
+    """pytest-benchmark takes --benchmark-warmup-iterations=-5 silently; for an s2st benchmark it is its warm-up."""
+    result = run_usage(pytester, "--benchmark-warmup-iterations=-5")
+    assert_one_clear_line(result, "--benchmark-warmup-iterations", "must be an integer >= 0, got -5")
+
+
 def test_a_plot_dir_that_is_a_file_is_a_usage_error_and_a_plot_of_nothing_says_so(pytester):
     pytester.makefile(".png", plots="not a folder")
     result = run_usage(pytester, "--s2st-plot", "plots.png")
