@@ -3,6 +3,8 @@
 Under pytest-xdist a row is measured in the worker that ran its test (pytest_s2st_row_measured runs there);
 the controller gathers every worker's rows and alone calls pytest_s2st_session_ready and pytest_s2st_table.
 A conftest that must also load without pytest-s2st marks its implementations ``optionalhook=True``.
+They are called through hookcall.call_hook: an implementation that raises is one line (the hook, its file:line)
+that fails the session, and what was measured is still printed.
 """
 from __future__ import annotations
 

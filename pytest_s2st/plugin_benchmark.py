@@ -73,6 +73,7 @@ class S2STBenchmark:
 
         save_case_ids(benchmark)
         self.request, self.benchmark = request, benchmark
+        self.hook_error: str | None = None  # a pytest_s2st_row_measured that raised: the test fails with it
         self.node = request.node
         self.state = session_of(request.config)
         self.case = request.getfixturevalue("s2st_case") if "s2st_case" in request.fixturenames else None
@@ -97,6 +98,7 @@ class S2STBenchmark:
             from .benchmark_compat import record_rounds
 
             record_rounds(self.benchmark, versions.head_rounds(self.node))  # the head's row: JSON, history, compare
+            self._hook_failed()
             return measurement
         if versions is not None:
             baseline = None  # a code-version worker times its own tree's model; the other side is the baseline
@@ -132,7 +134,13 @@ class S2STBenchmark:
             versions.measured(self.node, self.benchmark.extra_info["s2st"])
         if settings.get("dump_dir"):
             _dump(measurement, case, settings["dump_dir"])
+        self._hook_failed()
         return measurement
+
+    def _hook_failed(self) -> None:
+        """After the row is saved, counted and dumped: a pytest_s2st_row_measured that raised fails the test."""
+        if self.hook_error:
+            fail(self.hook_error)
 
     def _is_case_pipeline(self, model: Any) -> bool:
         """``model`` is the case's s2st_pipeline (not the test's own callable)."""
@@ -239,9 +247,13 @@ class S2STBenchmark:
             fail(exc)
 
     def _save(self, measurement: Any) -> None:
-        """Plugins see the measured row (pytest_s2st_row_measured), then it goes into pytest-benchmark's JSON."""
-        self.request.config.hook.pytest_s2st_row_measured(config=self.request.config, item=self.node,
-                                                          measurement=measurement)
+        """Plugins see the measured row (pytest_s2st_row_measured), then it goes into pytest-benchmark's JSON. A
+        plugin that raised fails the test with one line at its end (_hook_failed): the row is kept and shown."""
+        from .hookcall import call_hook
+
+        config = self.request.config
+        self.hook_error = call_hook(config, "pytest_s2st_row_measured", config=config, item=self.node,
+                                    measurement=measurement)
         try:
             self.benchmark.extra_info["s2st"] = measurement.to_dict()
         except S2STError as exc:  # a metric a plugin added that the metric table lacks: the test fails, naming it,

@@ -55,6 +55,8 @@ class S2STSession:
         self.regressions: list[str] = []  # --s2st-compare-fail limits crossed ("regressed")
         self.unchecked: list[str] = []  # limits that could not be checked: they fail too, but are no regression
         self.not_written: list[str] = []  # --s2st-summary files that could not be written
+        self.hook_errors: list[str] = []  # a public hook that raised (hookcall.py): one line each; the session fails
+        self.pytest_session: pytest.Session | None = None  # set at finish: a table's hook may fail it after
         self._evidence_root: Path | None = None
         # xdist (plugin_xdist.py): the worker id on a worker; on the controller, what the workers sent
         workerinput = getattr(config, "workerinput", None)
@@ -371,11 +373,23 @@ class S2STSession:
         # an export that could not write its file says so in verdicts.not_written: it fails the session as ours do
         verdicts = SessionVerdicts(list(self.inconclusive), list(self.regressions), list(self.unchecked),
                                    self.not_written)
-        self.config.hook.pytest_s2st_session_ready(config=self.config, rows=self.records(), verdicts=verdicts)
+        from .hookcall import call_hook
+
+        self.pytest_session = session
+        error = call_hook(self.config, "pytest_s2st_session_ready", config=self.config, rows=self.records(),
+                          verdicts=verdicts)
+        if error:
+            self.hook_errors.append(error)
         # a limit not checked fails as a crossed one does (a gate that could not look passes nothing)
-        failing = bool(self.regressions or self.unchecked or self.not_written) or bool(
+        failing = bool(self.regressions or self.unchecked or self.not_written or self.hook_errors) or bool(
             self.inconclusive and self.option("strict"))
-        if failing and session.exitstatus == pytest.ExitCode.OK:
+        if failing:
+            self.fail_session()
+
+    def fail_session(self) -> None:
+        """A session that passed its tests fails (exit 1); one that failed already keeps its status."""
+        session = self.pytest_session
+        if session is not None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _write_summary(self) -> None:

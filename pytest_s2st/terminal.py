@@ -9,8 +9,14 @@ from .session import S2STSession
 
 
 def write_table(state: S2STSession, tr: Any, name: str, lines: list[str]) -> None:
-    """A table's lines, after plugins had their say (pytest_s2st_table: they may change or add lines)."""
-    state.config.hook.pytest_s2st_table(config=state.config, name=name, lines=lines)
+    """A table's lines, after plugins had their say (pytest_s2st_table: they may change or add lines). A plugin
+    that raised is one line at the end (display); the table is printed as it stands, and the session fails."""
+    from .hookcall import call_hook
+
+    error = call_hook(state.config, "pytest_s2st_table", config=state.config, name=name, lines=lines)
+    if error:
+        state.hook_errors.append(f"{error} (table {name!r})")
+        state.fail_session()
     for line in lines:
         tr.write_line(line)
 
@@ -33,7 +39,8 @@ def display(state: S2STSession, tr: Any) -> None:
     # each counted on pytest's last line ("1 passed, 1 regressed, 1 unchecked"), printed after this hook
     for lines, title, word in ((state.regressions, "s2st regressions (--s2st-compare-fail)", "regressed"),
                                (state.unchecked, "s2st limits not checked (--s2st-compare-fail)", "unchecked"),
-                               (state.not_written, "s2st files not written", "not written")):
+                               (state.not_written, "s2st files not written", "not written"),
+                               (state.hook_errors, "s2st hooks that raised", "raised in a hook")):
         if lines:
             tr.write_sep("=", title, red=True)
             for line in lines:

@@ -142,3 +142,59 @@ def pytest_s2st_session_ready(config, rows, verdicts):
     result.stdout.fnmatch_lines(["*s2st files not written*", "job summary: /nowhere/summary.md not written*",
                                  "*2 passed*1 not written*"])
     assert "s2st: runtime per sample" in result.stdout.str()
+
+
+# ------------------------------------------------------------------ a hook that raises: one line, the tables kept
+
+RAISES = '''
+def pytest_s2st_row_measured(config, item, measurement):
+    raise RuntimeError("boom")
+
+
+def pytest_s2st_session_ready(config, rows, verdicts):
+    raise RuntimeError("boom")
+
+
+def pytest_s2st_table(config, name, lines):
+    raise RuntimeError("boom")
+'''
+# hook name -> the line of its raise in conftest.py (makeconftest drops the leading blank line)
+_SOURCE = RAISES.strip().splitlines()
+LINES = {_SOURCE[n - 2].split("pytest_s2st_")[1].split("(")[0]: n
+         for n, line in enumerate(_SOURCE, 1) if line.strip().startswith("raise")}
+
+
+def raising_session(pytester, *args: str):
+    pytester.makeconftest(RAISES)
+    pytester.makepyfile(test_bench=BENCHMARKS)
+    return pytester.runpytest_subprocess(*FAST, *args)
+
+
+def assert_raised_lines(result, failed_tests: int) -> str:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text and 'raise RuntimeError("boom")' not in text, text
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, text
+    assert "s2st: runtime per sample" in text and "test_double" in text and "test_triple" in text  # the table
+    assert re.search(rf"= {failed_tests} failed, .*2 raised in a hook in ", text), text  # counted on the last line
+    for name, line in LINES.items():
+        found = [t for t in text.splitlines()
+                 if f"pytest_s2st_{name}: conftest.py:{line} (pytest_s2st_{name}) raised RuntimeError: boom" in t]
+        assert found, (name, line, text)
+    return text
+
+
+def test_a_hook_that_raises_is_one_line_and_every_table_is_printed(pytester):
+    """Each of the three hooks raising: the row's test fails with one line naming pytest_s2st_row_measured and
+    conftest.py:LINE (the row is kept); session_ready's and the table's line are listed after the tables; exit 1."""
+    result = raising_session(pytester)
+    result.assert_outcomes(failed=2)
+    text = assert_raised_lines(result, failed_tests=2)
+    assert "s2st hooks that raised" in text and "(table 'inference')" in text
+    assert LINES == {"row_measured": 2, "session_ready": 6, "table": 10}
+
+
+def test_a_hook_that_raises_in_an_xdist_worker_is_one_line_too(pytester):
+    pytest.importorskip("xdist")
+    result = raising_session(pytester, *XDIST)
+    result.assert_outcomes(failed=2)
+    assert_raised_lines(result, failed_tests=2)
