@@ -228,6 +228,8 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     count = dataset_count(dataset, settings["dataset_type"], text_fields(config.model_type))
     size = settings.get("dataset_size")
     wanted = min(count, size) if count is not None and size else count
-    if wanted is not None and len(lines) < wanted:
-        raise S2STError(f"{where}: {len(lines)} reference line(s) for {wanted} sample(s) of {dataset}: one line "
-                        "per sample, in dataset order")
+    if wanted is not None and len(lines) < wanted:  # the file named first: the key alone hid which file was short
+        from .inputs import show
+
+        raise S2STError(f"{show(str(references))} ({where}): {len(lines)} reference line(s) for {wanted} sample(s) "
+                        f"of {show(str(dataset))}: one line per sample, in dataset order")

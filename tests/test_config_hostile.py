@@ -153,7 +153,8 @@ def test_a_bad_config_named_by_the_ini_is_a_usage_error_too(pytester):
 
 @pytest.mark.parametrize("content, fragments", [
     (None, ("refs.txt: references file (", "txt.yaml:5 (general.references)) not found")),
-    (b"the cat\n", ("txt.yaml:5 (general.references): 1 reference line(s) for 3 sample(s)", "data.npy")),
+    (b"the cat\n", ("/refs.txt (", "txt.yaml:5 (general.references)): 1 reference line(s) for 3 sample(s) of ",
+                    "/data.npy: one line per sample")),  # the file first: the key alone did not say which
     (b"one\ntwo\ncaf\xe9 au lait\n", ("refs.txt:3: cannot read references file", "not UTF-8 text (byte 0xe9")),
     ("one\ntwo\nthree\n".encode("utf-16-le"), ("refs.txt:1 (references file", "holds NUL bytes")),
     ("dir", ("refs.txt: references file (", "is not a regular file")),
@@ -180,7 +181,7 @@ def test_references_as_long_as_the_samples_the_case_runs_are_enough(pytester):
     metrics = json.loads((pytester.path / "out.json").read_text())["benchmarks"][0]["extra_info"]["s2st"]["metrics"]
     assert metrics["bleu"]["value"] == pytest.approx(100.0) and metrics["chrf"]["value"] == pytest.approx(100.0)
     short = usage_error(pytester, f"--s2st-config={cfg}", "--s2st-dataset-size=2")
-    one_line(short, "1 reference line(s) for 2 sample(s)")
+    one_line(short, f"{pytester.path / 'refs.txt'} (", "): 1 reference line(s) for 2 sample(s) of ")
 
 
 # ------------------------------------------------------------------ $S2ST_CACHE_DIR
