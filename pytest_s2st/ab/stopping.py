@@ -3,11 +3,13 @@
 The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks
 at the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same statistic (median of the pooled
 ratios, order-statistic interval widened to each pair's median) at a stricter level: 1 - 0.05 / K for K interim
-looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries -- 1 +- the noise threshold
-(the word) and 1 + each percent runtime limit of --s2st-compare-fail (the gate) -- so the rounds left could not
-move the verdict unless the interval missed the true ratio, which happens at most 5 % of the time over all looks
-together. The verdict itself is then computed as always (95 %, on the rounds run): its interval lies inside the
-stricter one, on the same side of every boundary. An absolute runtime limit (seconds) is no ratio: no early stop.
+looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so the rounds left could
+not move the verdict unless the interval missed the true ratio: at most 5 % of the time over all looks together.
+The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's PASS/FAIL is what
+the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one its rounds
+support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds run): its
+interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is no ratio:
+no early stop.
 """
 from __future__ import annotations
 
@@ -26,17 +28,17 @@ class StoppingRule:
 
     @classmethod
     def for_limits(cls, rounds: int, limits: Sequence[object] = ()) -> "StoppingRule":
-        """The rule for the word's noise threshold and ``limits`` (limits.CompareLimit) on runtime_s."""
+        """The rule for ``limits`` (limits.CompareLimit) on runtime_s, else for the word's noise threshold."""
         from ..significance import NOISE
 
-        bounds = [1 - NOISE, 1 + NOISE]
+        bounds = []
         for limit in limits:
             if getattr(limit, "metric", None) != "runtime_s":
                 continue
             if not getattr(limit, "percent", False):
                 return cls(rounds)  # a limit in seconds: no ratio says which side of it the head is
             bounds.append(1 + float(getattr(limit, "limit")) / 100)
-        return cls(rounds, tuple(sorted(set(bounds))))
+        return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))))
 
     @property
     def looks(self) -> tuple[int, ...]:
