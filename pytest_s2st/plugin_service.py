@@ -336,6 +336,7 @@ def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict,
         "identity": data["identity"],
         "summary": summary,
         "timed_out": any(f["timed_out"] for f in facts),
+        "unasked": [f"{part_id(k, p.count)}: {line}" for k in sorted(done) for line in done[k].get("unasked") or []],
         "methods": {**data["methods"], "level_parts": METHOD},
         "failed": [{"id": f"{part_id(k, p.count)}-{f['id']}", "error": f.get("error")}
                    for k in sorted(done) for f in done[k].get("failed") or []],

@@ -261,6 +261,17 @@ async def presend(req: Request, w: Writer, ctx: Ctx) -> None:
     w.write(answer)
 
 
+async def presend_anon(req: Request, w: Writer, ctx: Ctx) -> None:
+    """As presend, but no answer names its request (no X-Request-Id echo: most servers)."""
+    await asyncio.sleep(PRESEND_DELAY_S)
+    answer = head("200 OK", f"audio/pcm;rate={RATE}", len(PCM)) + PCM if req.openai else \
+        head("200 OK", "text/event-stream", len(body := good_events(req)), "") + body
+    w.write(answer)
+    await w.drain()
+    await asyncio.sleep(0.02)
+    w.write(answer)
+
+
 async def pcm_no_rate(req: Request, w: Writer, ctx: Ctx) -> None:
     """0.5 s at the asked rate as ``audio/pcm`` naming no rate (vLLM-Omni 0.30's answer)."""
     if not req.openai:
@@ -542,6 +553,7 @@ MODES: dict[str, tuple[Handler, Handler]] = {
     "pcm_hold": (_then_hold("200 OK", "audio/pcm", length=None), get_ok),
     # lies a server can tell (tests/test_service_lies.py)
     "presend": (presend, get_ok),
+    "presend_anon": (presend_anon, get_ok),
     "pcm_no_rate": (pcm_no_rate, get_ok),
     "sse_no_rate": (sse_no_rate, get_ok),
     "nul_encoding": (nul_encoding, get_ok),

@@ -135,10 +135,14 @@ def test_legal_audio_shapes_read_as_the_samples_sent(tmp_path, mode, options, tr
 def test_an_answer_sent_before_the_request_is_not_its_answer(tmp_path, transport, protocol):
     """Every answer takes 0.3 s, then the server sends it once more, unasked. Open loop, one request a
     second: the next request used to 'receive' the copy waiting on the kept-alive connection (TTFA 176 us).
-    A connection that is not quiet is dropped before it carries a request: every TTFA is a real one."""
+    A connection that is not quiet is dropped before it carries a request: every TTFA is a real one; over
+    http1 the level also names what came unasked (bench.evidence_reasons: INCONCLUSIVE), one line a connection."""
     result = load(tmp_path, "presend", transport, requests=4, **OPEN_LOOP, **protocol)
     assert [r["status"] for r in result.records] == ["ok"] * 4, [r["error"] for r in result.records]
     assert min(ttfa(r) for r in result.records) >= PRESEND_DELAY_S
+    if transport == "http1":
+        assert [line.split(" after the answer to ")[1][:5] for line in result.unasked] == \
+            ["c1-r0", "c1-r1", "c1-r2", "c1-r3"], result.unasked
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -153,6 +157,30 @@ def test_closed_loop_an_answer_naming_another_request_is_refused(tmp_path, trans
         if r["status"] != "ok":
             assert re.fullmatch(r"the answer names X-Request-Id 'c1-r\d': it answers that request, not this one "
                                 r"\(the server sent one answer more than asked\)", r["error"]), r["error"]
+
+
+@pytest.mark.parametrize("protocol", [{}, OPENAI])
+def test_closed_loop_answers_sent_unasked_and_unnamed_make_the_level_refused(tmp_path, protocol):
+    """As above, but the answers name no request (most servers): each next request leaves before the copy
+    arrives and reads it as its own (TTFA 20 ms where the server takes 300). Nothing on the wire tells the
+    copy from an answer, but the copies leave the connection one answer ahead: after the measured phase the
+    kept connection is watched (1.5x the slowest answer) and what comes is named; the level is refused."""
+    from pytest_s2st.service.bench import evidence_reasons
+
+    result = load(tmp_path, "presend_anon", "http1", requests=4, **protocol)
+    assert len(result.unasked) == 1, result.unasked
+    assert re.fullmatch(r"\d+ bytes nobody asked for came on a kept-alive connection after the answer to c1-r3: the "
+                        r"server sent more answers than requests, so which answer was whose cannot be told",
+                        result.unasked[0]), result.unasked
+    assert runs.read_summary(tmp_path)["by_concurrency"]["1"]["unasked"] == result.unasked
+    data = {"summary": result.summary, "unasked": result.unasked, "failed": []}
+    assert evidence_reasons(data) == result.unasked
+
+
+def test_an_honest_server_leaves_nothing_unasked(tmp_path):
+    result = load(tmp_path, "ok", "http1", requests=3, protocol="openai", extra_body={"model": "m"})
+    assert [r["status"] for r in result.records] == ["ok"] * 3
+    assert result.unasked == [] and runs.read_summary(tmp_path)["by_concurrency"]["1"]["unasked"] == []
 
 
 # --- legal maximum answers, every wire format ---------------------------------------------------------------
@@ -319,6 +347,7 @@ def liar(tmp_path_factory):
         server.wait()
 
 
+UNASKED = "bytes nobody asked for came on a kept-alive connection"
 OPENAI_FLAGS = ("--s2st-protocol=openai", '--s2st-extra-body={"model": "m"}')
 PYTEST_PATH = [  # (mode, flags, outcome, what each request recorded: its reason, or (audio seconds, its PCM))
     ("nul_encoding", OPENAI_FLAGS, "inconclusive", "response broken: malformed header name b'Content-Encoding\\x00'"),
@@ -328,7 +357,8 @@ PYTEST_PATH = [  # (mode, flags, outcome, what each request recorded: its reason
     ("pcm_no_rate", ("--s2st-protocol=openai", '--s2st-extra-body={"model": "m", "sample_rate": 16000}'), "passed",
      (0.5, tone(0.5, 16000))),
     ("l16", OPENAI_FLAGS, "passed", (0.5, tone(0.5, RATE))),
-    ("presend", ("--s2st-request-rate=1", "--s2st-burstiness=inf"), "passed", (len(PCM) / 2 / RATE, PCM)),
+    ("presend", ("--s2st-request-rate=1", "--s2st-burstiness=inf"), "inconclusive", UNASKED),
+    ("presend_anon", OPENAI_FLAGS, "inconclusive", UNASKED),
 ]
 
 
@@ -344,7 +374,10 @@ def test_through_pytest_a_lie_is_inconclusive_or_read_right(pytester, monkeypatc
     assert result.parseoutcomes() == {outcome: 1}, result.stdout.str()[-3000:]
     records = json.loads(out.read_text())
     assert len(records) == 3
-    if outcome == "inconclusive":
+    if recorded == UNASKED:  # every answer read whole; the level is refused as a whole, named
+        assert all(r["status"] == "ok" and r["pcm_sha256"] == hashlib.sha256(PCM).hexdigest() for r in records)
+        result.stdout.fnmatch_lines([f"*{recorded} after the answer to c1-r*"])
+    elif outcome == "inconclusive":
         assert all(r["status"] == "error" and recorded in r["error"] for r in records), records
         result.stdout.fnmatch_lines([f"*c1-r0: request failed: *{recorded}*"])
     else:

@@ -162,6 +162,7 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
         "identity": identity,
         "summary": result.summary,
         "timed_out": result.timed_out,
+        "unasked": result.unasked,
         "methods": _methods(METHODS, settings, options.protocol),
         "failed": [{"id": r["id"], "error": r.get("error")} for r in result.measured if r.get("status") != "ok"],
         **extra,
@@ -221,6 +222,7 @@ def judge_level(policy: Any, baseline_dir: Path | None, candidate_dir: Path, qua
 def evidence_reasons(data: Mapping[str, Any]) -> list[str]:
     """Missing evidence of a level -> reasons for INCONCLUSIVE (failed requests, a run cut short)."""
     reasons = [f"{f['id']}: request failed: {f['error']}" for f in data.get("failed", [])]
+    reasons += data.get("unasked") or []
     if data.get("timed_out"):
         reasons.append("the run hit its time bound before every request finished")
     if not data["summary"].get("n_ok"):

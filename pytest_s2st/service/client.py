@@ -67,6 +67,8 @@ from .server_facts import server_facts
 from .stats import summarize
 from .transport import Response, Slot, Transport, not_an_answer, request_head
 
+LINGER_MIN_S, LINGER_MAX_S = 0.05, 2.0  # the watch for answers nobody asked for, after the measured phase (_Run)
+
 __all__ = ["LoadOptions", "LoadResult", "MAX_AUDIO_S", "request_head", "run_load", "speech_url"]
 
 
@@ -84,6 +86,7 @@ class LoadResult:
     started_wall: float
     timed_out: bool = False
     identity_error: str | None = None
+    unasked: list[str] = field(default_factory=list)  # connections on which answers came unasked (Transport.look)
 
     @property
     def measured(self) -> list[dict]:
@@ -111,6 +114,7 @@ class _Run:
     writer: Writer = field(init=False)  # the evidence-writer thread (evidence.py)
     pcm_rate: int = field(init=False)  # of answers that name no rate (Protocol.pcm_rate)
     ids: set[str] = field(default_factory=set)  # every request id this run has begun
+    unasked: list[str] = field(default_factory=list)  # Transport.look's lines
 
     def __post_init__(self) -> None:
         self.limits = Limits(self.opts.max_audio_s)
@@ -228,6 +232,8 @@ class _Run:
             t_measured = time.perf_counter()
             timed_out = await self.phase(workload, count, False, deadline) or timed_out
             wall = time.perf_counter() - t_measured
+            if not timed_out:
+                self.unasked = await self.transport.look(self.slots, self.linger_s())
         finally:
             for slot in self.slots:
                 slot.drop()
@@ -236,6 +242,12 @@ class _Run:
         if self.writer.error:
             raise S2STError(f"{self.out_dir / runs.REQUESTS}: {self.writer.error}")
         return timed_out, warmup_wall, wall
+
+    def linger_s(self) -> float:
+        """How long the kept connections are watched after the last answer: 1.5x the slowest answer (an answer
+        sent unasked comes within about one answer's time), 0.05-2 s."""
+        took = [r.done_t - r.send_t for r in self.records if r.done_t is not None and r.send_t is not None]
+        return min(LINGER_MAX_S, max(LINGER_MIN_S, 1.5 * max(took, default=0.0)))
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
         """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short.
@@ -364,7 +376,8 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
         concurrency=concurrency, summary=summary, wall_s=wall, warmup_wall_s=warmup_wall, warmups=opts.warmups,
         requests=count, timeout_s=opts.timeout_s, read_timeout_s=opts.read_timeout_s,
         total_timeout_s=opts.total_timeout_s, max_audio_s=opts.max_audio_s, timed_out=timed_out,
-        started_wall=started_wall, t0_perf=t0, identity_error=identity_error, protocol=opts.protocol,
+        started_wall=started_wall, t0_perf=t0, identity_error=identity_error, unasked=run.unasked,
+        protocol=opts.protocol,
         request_rate=summary["request_rate"],
         burstiness="inf" if math.isinf(opts.burstiness) else opts.burstiness, arrival_seed=opts.arrival_seed,
         arrivals_method=None if math.isinf(opts.request_rate) else arrivals.METHOD,
@@ -375,5 +388,5 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
     return LoadResult(
         endpoint=endpoint, concurrency=concurrency, out_dir=out_dir, records=records, wall_s=wall,
         warmup_wall_s=warmup_wall, summary=summary, identity=identity, t0_perf=t0, started_wall=started_wall,
-        timed_out=timed_out, identity_error=identity_error,
+        timed_out=timed_out, identity_error=identity_error, unasked=run.unasked,
     )

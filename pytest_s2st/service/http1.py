@@ -143,6 +143,26 @@ class Connection:
         except (OSError, ValueError):  # closed under us
             return False
 
+    def waiting(self) -> int:
+        """Bytes already here past the last response's end (this buffer and the stream's; what the socket
+        holds reaches the stream at the loop's next turn): a server that answered more than it was asked.
+        A 408 is not counted: RFC 9110 15.5.9 lets a server send one as it closes an idle connection."""
+        held = bytes(self._buf) + bytes(getattr(self.reader, "_buffer", b""))  # the stream has no public size
+        return 0 if held[:12] in (b"HTTP/1.1 408", b"HTTP/1.0 408") else len(held)
+
+    async def linger(self, seconds: float) -> int:
+        """Wait up to ``seconds`` for bytes nobody asked for: their count (0: none came, or a close)."""
+        if not self.reusable or self.writer.is_closing():
+            return 0
+        await asyncio.sleep(0)
+        if self.waiting() or self.reader.at_eof():
+            return self.waiting()
+        try:
+            self._buf += await asyncio.wait_for(self.reader.read(_READ_SIZE), seconds)
+        except (asyncio.TimeoutError, OSError):
+            return 0
+        return self.waiting()
+
     def send(self, data: bytes) -> None:
         """Hand the request to the socket (asyncio writes at once when its buffer is empty)."""
         self.carried += 1

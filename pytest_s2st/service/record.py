@@ -86,6 +86,7 @@ class LevelEntry:
     started_wall: float
     t0_perf: float
     identity_error: str | None
+    unasked: list  # one line per kept-alive connection on which answers came that nobody asked for
     protocol: str
     request_rate: Any  # "inf" (closed loop) or requests per second
     burstiness: Any  # "inf" or the gamma shape

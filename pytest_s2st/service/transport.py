@@ -84,6 +84,7 @@ Answer = Callable[[Response], Awaitable[None]]
 class Slot:
     """One worker's keep-alive connection (http1), kept from the warm-up phase into the measured one."""
     conn: http1.Connection | None = None
+    last: str | None = None  # the id of the latest request its connection carried
 
     def drop(self) -> None:
         if self.conn is not None:
@@ -98,6 +99,7 @@ class Transport:
 
     def __init__(self, run: Any) -> None:
         self.run = run
+        self.unasked: list[str] = []  # one line per connection on which answers came unasked
 
     async def start(self) -> None:
         """Before the first request (a session, a pool)."""
@@ -107,6 +109,11 @@ class Transport:
 
     async def exchange(self, slot: Slot, body: dict, record: RequestRecord, answer: Answer) -> None:
         raise NotImplementedError
+
+    async def look(self, slots: list[Slot], seconds: float) -> list[str]:
+        """After the measured phase, each kept connection is watched ``seconds`` for answers nobody asked for:
+        one line for each that got some. (aiohttp's pool is not looked at: its connections are its own.)"""
+        return []
 
 
 # --- http1: this project's HTTP/1.1 client (http1.py) ----------------------------------------------------------
@@ -169,6 +176,9 @@ class Http1(Transport):
     async def _connect(self, slot: Slot) -> http1.Connection:
         if slot.conn is not None and slot.conn.usable:
             return slot.conn
+        if slot.conn is not None:
+            await asyncio.sleep(0)  # what the socket holds reaches the stream
+            self._unasked(slot, slot.conn.waiting())
         slot.drop()
         url, timeout_s = self.run.url, self.run.opts.timeout_s
         try:
@@ -189,6 +199,7 @@ class Http1(Transport):
         head = self.head + f"X-Request-Id: {record.id}\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
         record.send_t = run.now()
         conn.send(head + payload)
+        slot.last = record.id
         try:
             resp = await conn.response(run.opts.read_timeout_s)
         except (http1.Disconnected, ConnectionResetError, BrokenPipeError):
@@ -203,6 +214,21 @@ class Http1(Transport):
             conn.send(head + payload)
             resp = await conn.response(run.opts.read_timeout_s)
         await answer(_H1Response(conn, resp, run.opts.read_timeout_s))
+
+    def _unasked(self, slot: Slot, nbytes: int) -> None:
+        if nbytes:
+            self.unasked.append(unasked_line(nbytes, slot.last))
+
+    async def look(self, slots: list[Slot], seconds: float) -> list[str]:
+        kept = [slot for slot in slots if slot.conn is not None]
+        for slot, nbytes in zip(kept, await asyncio.gather(*(slot.conn.linger(seconds) for slot in kept))):
+            self._unasked(slot, nbytes)
+        return self.unasked
+
+
+def unasked_line(nbytes: int, last: str | None) -> str:
+    return (f"{nbytes} bytes nobody asked for came on a kept-alive connection after the answer to {last}: the "
+            f"server sent more answers than requests, so which answer was whose cannot be told")
 
 
 # --- aiohttp: the same run over aiohttp's client (issue 22's fair comparison) -----------------------------------
