@@ -431,6 +431,12 @@ async def wav_as_pcm(req: Request, w: Writer, ctx: Ctx) -> None:
         w.write(head("200 OK", f"audio/pcm;rate={RATE}", len(wav)) + wav)
 
 
+async def wav_as_f32(req: Request, w: Writer, ctx: Ctx) -> None:
+    """A whole WAV file sent as float32 raw PCM (audio/x-raw;format=F32LE): its header is no samples either."""
+    wav = wav_file(tone(0.5, RATE), RATE)
+    w.write(head("200 OK", f"audio/x-raw;format=F32LE;rate={RATE}", len(wav)) + wav)
+
+
 def max_pcm() -> bytes:
     """The audio of two max-size events (max_events), as one raw PCM or WAV answer: ~524 s at 24 kHz."""
     return max_event_pcm() * 2
@@ -561,6 +567,7 @@ MODES: dict[str, tuple[Handler, Handler]] = {
     "l16": (l16, get_ok),
     "done_rate": (done_rate, get_ok),
     "wav_as_pcm": (wav_as_pcm, get_ok),
+    "wav_as_f32": (wav_as_f32, get_ok),
     "float_raw": (float_raw, get_ok),
     "folded": (folded, get_ok),
     "many_interim": (many_interim, get_ok),

@@ -73,6 +73,7 @@ REFUSED = [
     ("done_rate", {}, "done event says sample_rate 16000, its audio events 24000"),
     ("wav_as_pcm", OPENAI, "the audio begins with a RIFF/WAVE header: a WAV file sent as audio/pcm"),
     ("wav_as_pcm", SSE, "the audio begins with a RIFF/WAVE header: a WAV file sent as text/event-stream"),
+    ("wav_as_f32", OPENAI, "the audio begins with a RIFF/WAVE header: a WAV file sent as audio/x-raw"),
     ("wav_ext_float", OPENAI, "WAVE_FORMAT_EXTENSIBLE SubFormat 00000003-0000-0010-8000-00aa00389b71 (IEEE float)"),
 ]
 

@@ -104,11 +104,15 @@ async def read_raw_pcm(s: Stream) -> None:
     s.record.sample_rate = rate
     s.body.max_chunk_bytes = s.limits.at(rate)[2] * width // 2
     carry = b""  # the first bytes of a sample split across pieces
+    lead = b""  # the first bytes as sent: a WAV is a WAV before its bytes are converted as samples
     async for piece in s.body.pieces():
         t = s.now()
         if piece:
             s.seen.body(piece)
             if sample != "S16LE":
+                if len(lead) < 12:
+                    lead += piece[: 12 - len(lead)]
+                    s.refuse_a_wav(lead)
                 data = carry + piece if carry else piece
                 whole = len(data) - len(data) % width
                 carry = data[whole:]

@@ -98,7 +98,11 @@ class Stream:
         if self.pcm.size >= _WAV_LEAD or self.pcm.size > len(self.lead):
             return
         self.lead += bytes(data[: _WAV_LEAD - len(self.lead)])
-        if len(self.lead) >= _WAV_LEAD and self.lead[:4] == b"RIFF" and self.lead[8:12] == b"WAVE":
+        self.refuse_a_wav(self.lead)
+
+    def refuse_a_wav(self, lead: bytes) -> None:
+        """``lead``, the body's first bytes as sent (before any sample conversion), must not be a WAV's."""
+        if len(lead) >= _WAV_LEAD and lead[:4] == b"RIFF" and lead[8:12] == b"WAVE":
             what = self.body.content_type or "audio"
             raise Fail(f"the audio begins with a RIFF/WAVE header: a WAV file sent as {what} "
                        f"(its header would be read as samples)")
