@@ -56,21 +56,23 @@ def test_a_good_answer_passes_and_every_request_asks_for_identity(tmp_path, prot
     assert server.seen and all(h.get("accept-encoding") == "identity" for _, _, h in server.seen), server.seen
 
 
-def test_legal_framing_is_read_folded_headers_and_any_number_of_interim_responses(tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_legal_framing_is_read_folded_headers_and_any_number_of_interim_responses(tmp_path, transport):
     """RFC 9112 5.2: an obsolete folded header line is one field (its fold one SP), so the folded Content-Type's
     rate is read; RFC 9110 15.2: interim responses may come in any number (40 here; 16 were taken)."""
     for mode in ("folded", "many_interim"):
-        result, server = load(tmp_path / mode, mode, "openai")
+        result, server = load(tmp_path / mode, mode, "openai", transport)
         assert [(r["status"], r["audio_seconds"], r["sample_rate"]) for r in result.records] == \
             [("ok", pytest.approx(len(PCM) / 2 / 24000), 24000)] * 2, [r["error"] for r in result.records]
 
 
-def test_a_kept_connection_closed_as_a_request_went_out_is_retried_once_on_a_new_one(tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_kept_connection_closed_as_a_request_went_out_is_retried_once_on_a_new_one(tmp_path, transport):
     """The server closes each connection as the next request arrives on it, unread, without Connection: close
     (an idle timeout crossing the request): that request failed "server closed the connection before answering"
     though the server never read it. Now it is sent again on a new connection, once, and the record says so:
     every request answered, the server read each once, the first one (on a new connection) not retried."""
-    result, server = load(tmp_path, "close_after", "openai", requests=3)
+    result, server = load(tmp_path, "close_after", "openai", transport, requests=3)
     assert [r["status"] for r in result.records] == ["ok"] * 3, [r["error"] for r in result.records]
     assert [method for method, _, _ in server.seen].count("POST") == 3
     assert [r["retried"] for r in result.records] == [False, True, True]

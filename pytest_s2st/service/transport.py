@@ -294,6 +294,10 @@ class Aiohttp(Transport):
     name = "aiohttp"
     session: Any = None
 
+    def __init__(self, run: Any) -> None:
+        super().__init__(run)
+        self.reused: set[str] = set()  # ids of the requests in flight on a kept-alive connection of the pool
+
     async def start(self) -> None:
         import aiohttp
 
@@ -304,8 +308,13 @@ class Aiohttp(Transport):
             if record is not None and record.send_t is None:
                 record.send_t = run.now()
 
+        async def on_reuse(session, ctx, params) -> None:  # a kept-alive connection of the pool carries it
+            if ctx.trace_request_ctx is not None:
+                self.reused.add(ctx.trace_request_ctx.id)
+
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(on_sent)
+        trace.on_connection_reuseconn.append(on_reuse)
         self.session = aiohttp.ClientSession(
             connector=_quiet_connector(aiohttp)(limit=run.concurrency), trace_configs=[trace],
             timeout=aiohttp.ClientTimeout(sock_connect=run.opts.timeout_s, sock_read=run.opts.read_timeout_s),
@@ -316,11 +325,22 @@ class Aiohttp(Transport):
             await self.session.close()
 
     async def exchange(self, slot: Slot, body: dict, record: RequestRecord, answer: Answer) -> None:
+        record.send_wall = time.time()
+        record.start_t = self.run.now()
+        try:
+            await self._exchange(body, record, answer)
+        except http1.Disconnected:
+            if record.id not in self.reused or record.http_status is not None or record.retried:
+                raise
+            # as http1's: the kept connection closed before any byte of the answer: once more, on a new one
+            record.retried, record.send_t = True, None
+            await self._exchange(body, record, answer)
+
+    async def _exchange(self, body: dict, record: RequestRecord, answer: Answer) -> None:
         import aiohttp
 
         run = self.run
-        record.send_wall = time.time()
-        record.start_t = run.now()
+        self.reused.discard(record.id)
         payload = json.dumps(body, ensure_ascii=False).encode()
         headers = {"User-Agent": "pytest-s2st", "Content-Type": "application/json", "X-Request-Id": record.id,
                    "Accept": run.protocol.accept, "Accept-Encoding": "identity"}
