@@ -17,7 +17,7 @@ from typing import Any
 from ..inputs import finite
 from ..runs import SUMMARY, load_run
 from . import checks
-from .checks import SNR_CAP_DB, pcm_snr_db, snr_db  # noqa: F401  (their home was here: imported from here)
+from .checks import SNR_CAP_DB, pcm_snr_db, snr_db  # noqa: F401  (callers import them from here)
 from .findings import PCM, Findings, RunContext
 from .policy import Policy
 from .scorefile import Scores
