@@ -103,9 +103,11 @@ def test_the_gate_fails_a_drop_passes_within_and_compares_like_with_like():
 
 
 def test_service_runs_with_translation_keys_are_inconclusive(tmp_path):
-    from pytest_s2st.quality.verdict import _Judge, _judge_bindings
+    from pytest_s2st.quality.checks import Bindings
+    from pytest_s2st.quality.findings import Findings, RunContext
 
-    judge = _Judge(Policy.from_mapping({"min_bleu": 1}, "p"))
+    policy = Policy.from_mapping({"min_bleu": 1}, "p")
+    findings = Findings(policy)
 
     class _Run:
         path = tmp_path
@@ -113,8 +115,8 @@ def test_service_runs_with_translation_keys_are_inconclusive(tmp_path):
         def saved_policy(self):
             return None
 
-    _judge_bindings(judge, _Run(), _Run(), None)
-    assert any("a service run holds no reference translations" in m for m in judge.missing)
+    Bindings().judge(RunContext(_Run(), _Run(), policy, None), findings)
+    assert any("a service run holds no reference translations" in m for m in findings.missing)
 
 
 class _HandASR:
