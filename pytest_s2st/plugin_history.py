@@ -114,7 +114,7 @@ def _judge(store: Any, doc: Any, run_id: int | None, limits: tuple, window: int)
     """Each new value of a limited metric against the values before it in its series (same branch, machine)."""
     from .history.changes import window_alert
     from .history.judge import higher_is_better, standard_error
-    from .history.store import SeriesKey
+    from .history.series import SeriesKey
     from .metrics import BY_NAME
 
     alerts = []

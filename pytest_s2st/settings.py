@@ -121,10 +121,13 @@ def path(value: Any) -> str:
 
 
 def history_url(value: Any) -> str:
-    """Where the results history lives: a path, sqlite:///PATH or postgresql://... (checked when it opens)."""
+    """Where the results history lives: a path or a URL of a registered store (``history.store.STORES``:
+    sqlite:///PATH, postgresql://...); opened, and so checked further, at the session's end."""
+    from .history.store import forms, store_kind
+
     out = path(value)
-    if "://" in out and not out.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        raise ValueError(f"must be a path, sqlite:///PATH or postgresql://..., got '{show(out)}'")
+    if store_kind(out) is None:
+        raise ValueError(f"must be {forms('a path')}, got '{show(out)}'")
     return out
 
 

@@ -11,7 +11,7 @@ from .changes import (MIN_SEGMENT, Alert, ChangePoint, change_points, exact_chan
                       window_alerts)
 from .chain import Link, chain
 from .records import PAIRED
-from .store import Entry, SeriesKey
+from .series import Entry, SeriesKey
 
 
 @dataclass

@@ -257,7 +257,7 @@ def _benchmark_rows(row: Any) -> tuple[list[Point], list[Verdict]]:
 
 def _torch_version(rows: list[Any]) -> str | None:
     for row in rows:
-        s2st = row.get("extra_info", {}).get("s2st") if isinstance(row, Mapping) else None
+        s2st = (row.get("extra_info") or {}).get("s2st") if isinstance(row, Mapping) else None
         runtime = s2st.get("runtime") if isinstance(s2st, Mapping) else None
         if isinstance(runtime, Mapping) and isinstance(runtime.get("torch"), str):
             return runtime["torch"]

@@ -25,7 +25,8 @@ from ..runs import safe_name
 from .changes import ChangePoint
 from .judge import EXACT, Judged, absolute_key, judge
 from .records import PAIRED, TOTAL, Verdict
-from .store import Entry, SeriesKey, Store
+from .protocol import Store
+from .series import Entry, SeriesKey
 
 SPARK_POINTS = 60
 QUIET = ("PASS", "no change", "same", "no significant change")  # verdicts not marked above their point

@@ -1,426 +1,89 @@
-"""The results database: SQLite (standard library) or PostgreSQL (psycopg 3), one schema, versioned migrations.
+"""Which results-history store a URL names: the registry of backends by URL scheme, and ``open_store``.
 
-``open_store(url)``: a path or ``sqlite:///path`` is an SQLite file; ``postgresql://...`` a server (the
-``history`` extra installs psycopg). Both speak the same SQL below; only the id column and the parameter
-marker differ. Writers are safe side by side: SQLite in WAL mode takes the write lock up front
-(``BEGIN IMMEDIATE``) and waits for it; PostgreSQL serialises migrations on an advisory lock. A run is
-keyed by its document's hash, so importing the same file twice adds nothing.
+    sqlite_store.py    a path or sqlite:///PATH: one file (Python's sqlite3), the default
+    postgres_store.py  postgresql://USER@HOST/DB (psycopg 3: the ``history`` extra)
+    sql_store.py       what those two share: one schema, versioned migrations, the SQL
+    protocol.py        ``Store``: what a backend must do; series.py: the types a backend and its callers share
+
+A backend is a module with an opener ``(url, create) -> Store`` and one ``register_store`` call; the built-in ones
+are registered below, their modules imported only when a URL of theirs is opened. ``open_store`` and the setting's
+check (``settings.history_url``) both read ``STORES``, so a registered scheme is accepted by ``--s2st-history``
+and ``s2st-history --db`` alike, and every usage message lists it.
 """
 from __future__ import annotations
 
-import contextlib
-import math
 import os
-import sqlite3
-import time
-from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
-from operator import attrgetter
-from pathlib import Path
-from typing import Any, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from ..errors import S2STError
 from ..inputs import show
-from .records import Document, Point, Run, Verdict
+from .protocol import Store
+from .series import Entry, SeriesKey, instant  # noqa: F401 (re-exported: callers import them from here)
 
 DEFAULT_PATH = ".benchmarks/s2st-history.sqlite"
-BATCH_S = 1.0  # an import's transaction at most this long: another writer waits for it (WAIT_S) meanwhile
-WAIT_S = 60.0  # a writer waits this long for another's lock before it gives up (two CI jobs at once)
-_PG_LOCK = 0x5325_7354  # advisory lock id of the migration step ("S2sT")
 
-_RUN_FIELDS = tuple(f.name for f in fields(Run))
-_POINT_FIELDS = tuple(f.name for f in fields(Point))
-_VERDICT_FIELDS = tuple(f.name for f in fields(Verdict))
-_point_values = attrgetter(*_POINT_FIELDS)  # one C call a row, not a generator (1.3 M rows in a large import)
-_verdict_values = attrgetter(*_VERDICT_FIELDS)
-_COLUMN = {"key": "run_key", "commit": "commit_id"}  # names that are SQL keywords
-
-
-def _col(name: str) -> str:
-    return _COLUMN.get(name, name)
-
-
-# Each migration is a list of statements; {id} is the dialect's auto-increment key. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        "CREATE TABLE s2st_runs (id {id}, run_key TEXT NOT NULL UNIQUE, run_time TEXT NOT NULL, machine TEXT NOT NULL,"
-        " commit_id TEXT, branch TEXT, commit_time TEXT, dirty BOOLEAN, arch TEXT, cpu TEXT, python TEXT,"
-        " torch TEXT, source TEXT)",
-        "CREATE TABLE s2st_points (run_id BIGINT NOT NULL REFERENCES s2st_runs(id), benchmark TEXT NOT NULL,"
-        " part TEXT NOT NULL, metric TEXT NOT NULL, statistic TEXT NOT NULL, value DOUBLE PRECISION,"
-        " low DOUBLE PRECISION, high DOUBLE PRECISION, n INTEGER, method TEXT, reason TEXT)",
-        "CREATE INDEX s2st_points_series ON s2st_points (benchmark, part, metric, statistic)",
-        "CREATE TABLE s2st_verdicts (run_id BIGINT NOT NULL REFERENCES s2st_runs(id), benchmark TEXT NOT NULL,"
-        " kind TEXT NOT NULL, verdict TEXT NOT NULL, detail TEXT NOT NULL)",
-    ),
-    (  # the A/B's base commit (a paired ratio's other side) and the commit's subject line (the trend page's hover)
-        "ALTER TABLE s2st_runs ADD COLUMN base_commit TEXT",
-        "ALTER TABLE s2st_runs ADD COLUMN subject TEXT",
-    ),
-)
-SCHEMA_VERSION = len(MIGRATIONS)
+Opener = Callable[[str, bool], Store]
 
 
 @dataclass(frozen=True)
-class SeriesKey:
-    benchmark: str
-    part: str
-    metric: str
-    statistic: str
-
-    def label(self) -> str:
-        stat = f" {self.statistic}" if self.statistic else ""
-        return f"{self.benchmark} [{self.part}] {self.metric}{stat}"
+class StoreKind:
+    opener: Opener  # (url, create) -> the store; create=False (reading): refuse one that is not there
+    form: str  # how usage messages name its URLs ("postgresql://...")
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One point of a series with the run it came from."""
-    run_id: int
-    run: Run
-    point: Point
+STORES: dict[str, StoreKind] = {}  # what a URL starts with ("postgresql://") -> its backend
+PLAIN_PATH = "sqlite:///"  # a text without "://" is a path, opened by this entry's backend
 
 
-class Store:
-    dialect = ""
-    _marker = "?"
-    _id_type = ""
-
-    errors: tuple[type[BaseException], ...] = ()  # the driver's own errors: each becomes one line naming the store
-
-    def __init__(self, conn: Any, where: str) -> None:
-        self.conn = conn
-        self.where = where
-        with self._one_line("cannot prepare its tables"):
-            self._migrate()
-
-    @contextlib.contextmanager
-    def _one_line(self, doing: str) -> Iterator[None]:
-        """A database error (permission denied for schema public, a read-only file, a lost server) as one line that
-        names the store and what failed; the caller keeps what it had measured."""
-        try:
-            yield
-        except self.errors as exc:
-            text = str(exc).strip().splitlines()
-            why = text[0] if text else type(exc).__name__
-            if "readonly database" in why:  # SQLite's words for a file or folder this process may not write
-                why = "the history database is read-only here (its file or its folder)"
-            raise S2STError(f"{self.where}: {doing}: {why}") from None
-
-    # --- dialect hooks ---------------------------------------------------------------------------
-    def _begin_write(self, cur: Any) -> None:
-        raise NotImplementedError
-
-    def _sql(self, text: str) -> str:
-        return text.replace("?", self._marker)
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> "Store":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    # --- schema ----------------------------------------------------------------------------------
-    def version(self, cur: Any) -> int:
-        cur.execute("SELECT version FROM s2st_schema")
-        row = cur.fetchone()
-        return int(row[0]) if row else 0
-
-    def _migrate(self) -> None:
-        cur = self.conn.cursor()
-        try:
-            self._begin_write(cur)
-            cur.execute("CREATE TABLE IF NOT EXISTS s2st_schema (version INTEGER NOT NULL)")
-            have = self.version(cur)
-            if have > SCHEMA_VERSION:
-                raise S2STError(f"{self.where}: history schema version {have} is newer than this pytest-s2st "
-                                f"understands ({SCHEMA_VERSION}): upgrade pytest-s2st")
-            for statements in MIGRATIONS[have:]:
-                for statement in statements:
-                    cur.execute(statement.format(id=self._id_type))
-            if have == 0:
-                cur.execute(self._sql("INSERT INTO s2st_schema (version) VALUES (?)"), (SCHEMA_VERSION,))
-            elif have < SCHEMA_VERSION:
-                cur.execute(self._sql("UPDATE s2st_schema SET version = ?"), (SCHEMA_VERSION,))
-            self.conn.commit()
-        except BaseException:
-            self.conn.rollback()
-            raise
-
-    # --- writing ---------------------------------------------------------------------------------
-    def append(self, doc: Document) -> int | None:
-        """Adds one run with its rows in one transaction; None when that run is already kept."""
-        with self._one_line("cannot append the run"):
-            return self._append(doc)
-
-    def append_all(self, docs: Iterable[Document]) -> tuple[int, int]:
-        """Adds many runs, (added, already kept): one transaction a batch of up to BATCH_S seconds, since a commit
-        writes every index page the run touched and a run touches one page per series (one transaction a run took
-        11 of the 19 s of importing 300 saved runs, batches 4). A document that cannot be read (the iterator
-        raises) first commits the runs before it; a database error loses only the open batch."""
-        added = kept = 0
-        with self._one_line("cannot append the runs"):
-            cur = self.conn.cursor()
-            began = None
-            try:
-                for doc in docs:
-                    if began is None:
-                        self._begin_write(cur)
-                        began = time.monotonic()
-                    if self._insert(cur, doc) is None:
-                        kept += 1
-                    else:
-                        added += 1
-                    if time.monotonic() - began >= BATCH_S:
-                        self.conn.commit()
-                        began = None
-            except self.errors:
-                self.conn.rollback()
-                raise
-            finally:
-                self.conn.commit()  # what was added before a document that could not be read is kept
-        return added, kept
-
-    def _append(self, doc: Document) -> int | None:
-        cur = self.conn.cursor()
-        try:
-            self._begin_write(cur)
-            run_id = self._insert(cur, doc)
-            self.conn.commit()
-            return run_id
-        except BaseException:
-            self.conn.rollback()
-            raise
-
-    def _insert(self, cur: Any, doc: Document) -> int | None:
-        """One run and its rows inside the caller's transaction; None when that run is already kept."""
-        run = asdict(doc.run)
-        cols = ", ".join(_col(f) for f in _RUN_FIELDS)
-        marks = ", ".join("?" for _ in _RUN_FIELDS)
-        cur.execute(self._sql(f"INSERT INTO s2st_runs ({cols}) VALUES ({marks}) "
-                              "ON CONFLICT (run_key) DO NOTHING RETURNING id"), [run[f] for f in _RUN_FIELDS])
-        row = cur.fetchone()
-        if row is None:
-            return None
-        run_id = int(row[0])
-        cur.executemany(self._sql(f"INSERT INTO s2st_points (run_id, {', '.join(_POINT_FIELDS)}) VALUES "
-                                  f"(?, {', '.join('?' for _ in _POINT_FIELDS)})"),
-                        [(run_id, *_point_values(p)) for p in doc.points])
-        cur.executemany(self._sql(f"INSERT INTO s2st_verdicts (run_id, {', '.join(_VERDICT_FIELDS)}) VALUES "
-                                  f"(?, {', '.join('?' for _ in _VERDICT_FIELDS)})"),
-                        [(run_id, *_verdict_values(v)) for v in doc.verdicts])
-        return run_id
-
-    # --- reading ---------------------------------------------------------------------------------
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[tuple]:
-        with self._one_line("cannot read"):
-            cur = self.conn.cursor()
-            cur.execute(self._sql(sql), list(params))
-            rows = cur.fetchall()
-            self.conn.commit()  # ends the read transaction (PostgreSQL opens one for every statement)
-            return rows
-
-    def _filters(self, branch: str | None, machine: str | None) -> tuple[str, list[Any]]:
-        where, params = [], []
-        if branch is not None:
-            where.append("r.branch = ?")
-            params.append(branch)
-        if machine is not None:
-            where.append("r.machine = ?")
-            params.append(machine)
-        return "".join(f" AND {w}" for w in where), params
-
-    def run_count(self) -> int:
-        return int(self._rows("SELECT COUNT(*) FROM s2st_runs")[0][0])
-
-    def keys(self, branch: str | None = None, machine: str | None = None) -> list[SeriesKey]:
-        extra, params = self._filters(branch, machine)
-        rows = self._rows("SELECT DISTINCT p.benchmark, p.part, p.metric, p.statistic FROM s2st_points p "
-                          f"JOIN s2st_runs r ON r.id = p.run_id WHERE 1 = 1{extra} "
-                          "ORDER BY p.benchmark, p.part, p.metric, p.statistic", params)
-        return [SeriesKey(*row) for row in rows]
-
-    def branches(self) -> list[str]:
-        return [r[0] for r in self._rows("SELECT DISTINCT branch FROM s2st_runs WHERE branch IS NOT NULL "
-                                         "ORDER BY branch")]
-
-    def run_groups(self) -> list[tuple[str | None, str, int]]:
-        """(branch, machine, runs) of every pair that holds runs."""
-        rows = self._rows("SELECT branch, machine, COUNT(*) FROM s2st_runs GROUP BY branch, machine")
-        return sorted(((r[0], r[1], int(r[2])) for r in rows), key=lambda g: (g[0] is None, g[0] or "", g[1]))
-
-    def machines(self) -> list[str]:
-        return [r[0] for r in self._rows("SELECT DISTINCT machine FROM s2st_runs ORDER BY machine")]
-
-    def runs(self) -> dict[int, tuple[Run, tuple[float, float]]]:
-        """Every run by id with its order key, read once per store and kept: a site reads a thousand series of the
-        same runs (reading each run's columns again per series took most of a large site's time)."""
-        cached = getattr(self, "_runs_cache", None)
-        if cached is not None and len(cached) == self.run_count():
-            return cached
-        out = {}
-        for row in self._rows(f"SELECT id, {', '.join(_col(f) for f in _RUN_FIELDS)} FROM s2st_runs"):
-            fields_ = dict(zip(_RUN_FIELDS, row[1:]))
-            if fields_["dirty"] is not None:
-                fields_["dirty"] = bool(fields_["dirty"])  # SQLite keeps booleans as 0/1
-            run = Run(**fields_)
-            out[int(row[0])] = (run, (instant(run.commit_time or run.run_time), instant(run.run_time)))
-        self._runs_cache = out
-        return out
-
-    def series(self, key: SeriesKey, branch: str | None = None, machine: str | None = None) -> list[Entry]:
-        """The series in the order the runs were measured: the commit's instant (UTC), then the run's, then
-        arrival."""
-        extra, params = self._filters(branch, machine)
-        point_cols = ", ".join(f"p.{f}" for f in _POINT_FIELDS)
-        rows = self._rows(f"SELECT p.run_id, {point_cols} FROM s2st_points p JOIN s2st_runs r "
-                          "ON r.id = p.run_id WHERE p.benchmark = ? AND p.part = ? AND p.metric = ? AND "
-                          f"p.statistic = ?{extra}", [key.benchmark, key.part, key.metric, key.statistic, *params])
-        runs = self.runs()
-        if any(int(row[0]) not in runs for row in rows):  # appended by another writer since: read them again
-            self._runs_cache = None
-            runs = self.runs()
-        out = [(runs[int(row[0])][1], int(row[0]), Entry(int(row[0]), runs[int(row[0])][0], Point(*row[1:])))
-               for row in rows]
-        out.sort(key=lambda item: (item[0], item[1]))
-        return [entry for _, _, entry in out]
-
-    def verdicts(self, benchmark: str) -> dict[int, list[Verdict]]:
-        out: dict[int, list[Verdict]] = {}
-        for row in self._rows(f"SELECT run_id, {', '.join(_VERDICT_FIELDS)} FROM s2st_verdicts WHERE benchmark = ? "
-                              "ORDER BY run_id", [benchmark]):
-            out.setdefault(int(row[0]), []).append(Verdict(*row[1:]))
-        return out
+def register_store(schemes: str | Iterable[str], opener: Opener, form: str | None = None) -> None:
+    """Opens URLs of ``schemes`` with ``opener``: a scheme is ``"jsonl"`` (URLs ``jsonl://...``) or what its URLs
+    start with when it asks for more (``"sqlite:///"``); aliases share one entry. ``form`` names them in usage
+    messages (default: the first scheme's ``SCHEME://...``). A later registration of a scheme replaces it."""
+    prefixes = [s if "://" in s else f"{s}://" for s in ([schemes] if isinstance(schemes, str) else schemes)]
+    kind = StoreKind(opener, form or f"{prefixes[0]}...")
+    for prefix in prefixes:
+        STORES[prefix] = kind
 
 
-def instant(text: str | None) -> float:
-    """An ISO 8601 time as seconds since the epoch, UTC: commit times carry their author's offset (+02:00, Z), so
-    compared as text a commit at 10:00+02:00 (08:00 UTC) sorts after one at 09:00Z. No offset: taken as UTC."""
-    if not text:
-        return math.inf
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        return math.inf  # unreadable: after every readable time, in arrival order
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+def store_kind(url: str) -> StoreKind | None:
+    """The backend of ``url`` (the longest registered start it has; a plain path: ``PLAIN_PATH``'s), None when no
+    registered scheme names it."""
+    if "://" not in url:
+        return STORES.get(PLAIN_PATH)
+    starts = [prefix for prefix in STORES if url.startswith(prefix)]
+    return STORES[max(starts, key=len)] if starts else None
 
 
-class SQLiteStore(Store):
-    dialect = "sqlite"
-    errors = (sqlite3.Error,)
-    _marker = "?"
-    _id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
-
-    def __init__(self, path: Path) -> None:
-        where = show(str(path))
-        if path.exists() and not path.is_file():
-            raise S2STError(f"{where}: the history database is not a regular file")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, timeout=WAIT_S, isolation_level=None)  # transactions are ours
-            conn.execute("PRAGMA journal_mode=WAL")  # readers never block the writer, nor it them
-            # WAL's own durable mode: a power cut may lose the last run, never corrupt the file (a sync a commit
-            # took 6 of the 24 s of an import of 100 saved runs)
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA cache_size=-131072")  # 128 MiB of pages: a large history's index stays in memory
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError as exc:
-            raise S2STError(f"{where}: not a history database ({exc})") from None
-        except (OSError, sqlite3.Error) as exc:
-            raise S2STError(f"{where}: cannot open the history database: {exc}") from None
-        try:
-            super().__init__(_SQLiteConnection(conn), where)
-        except S2STError as exc:
-            conn.close()
-            if "file is not a database" in str(exc):
-                raise S2STError(f"{where}: not a history database (file is not a database)") from None
-            raise
-
-    def _begin_write(self, cur: Any) -> None:
-        cur.execute("BEGIN IMMEDIATE")  # the write lock now: two writers wait for each other instead of failing
-
-
-class _SQLiteConnection:
-    """sqlite3 in autocommit mode with explicit transactions: commit/rollback only when one is open."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def cursor(self) -> Any:
-        return self._conn.cursor()
-
-    def commit(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("COMMIT")
-
-    def rollback(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class PostgresStore(Store):
-    dialect = "postgresql"
-    _marker = "%s"
-    _id_type = "BIGSERIAL PRIMARY KEY"
-
-    def __init__(self, url: str) -> None:
-        import urllib.parse
-
-        where = _redacted(url)
-        try:
-            urllib.parse.urlsplit(url).port
-        except ValueError:
-            raise S2STError(f"{where}: the port is not a number from 0 to 65535") from None
-        try:
-            import psycopg
-        except ImportError:
-            raise S2STError(f"{where}: a PostgreSQL history needs psycopg: pip install 'pytest-s2st[history]'") from None
-        self.errors = (psycopg.Error,)
-        try:
-            conn = psycopg.connect(url, connect_timeout=int(WAIT_S))
-        except psycopg.Error as exc:
-            raise S2STError(f"{where}: cannot connect: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from None
-        super().__init__(conn, where)
-
-    def _begin_write(self, cur: Any) -> None:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK,))
-
-
-def _redacted(url: str) -> str:
-    """A URL for messages: the password never printed."""
-    import urllib.parse
-
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<history URL>"
-    if parts.password is None:
-        return show(url)
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return show(urllib.parse.urlunsplit(parts._replace(netloc=netloc)))
+def forms(first: str) -> str:
+    """``first`` and every registered form, as a usage message lists them: 'a path, sqlite:///PATH or
+    postgresql://...'."""
+    names = [first, *dict.fromkeys(kind.form for kind in STORES.values())]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else first
 
 
 def open_store(url: str | os.PathLike | None = None, create: bool = True) -> Store:
-    """The store at ``url``; ``create=False`` (reading: check, site) refuses a file that is not there instead of
-    creating an empty history that every gate would then read as "nothing past its threshold"."""
+    """The store at ``url`` (default: ``DEFAULT_PATH``); ``create=False`` (reading: check, site) refuses one that
+    is not there instead of creating an empty history that every gate would then read as "nothing past its
+    threshold"."""
     text = os.fspath(url) if url is not None else DEFAULT_PATH
-    if text.startswith(("postgresql://", "postgres://")):
-        return PostgresStore(text)
-    if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///") - 1:] if text.startswith("sqlite:////") else text[len("sqlite:///"):]
-    elif "://" in text:
-        raise S2STError(f"{show(text)}: a history is a file path, sqlite:///PATH or postgresql://...")
-    if not text or "\0" in text or "\n" in text:
-        raise S2STError(f"{show(text)}: not a usable path for the history database")
-    if not create and not Path(text).exists():
-        raise S2STError(f"{show(text)}: no history database there (--s2st-history or s2st-history import creates one)")
-    return SQLiteStore(Path(text))
+    kind = store_kind(text)
+    if kind is None:
+        raise S2STError(f"{show(text)}: a history is {forms('a file path')}")
+    return kind.opener(text, create)
 
+
+def _open_sqlite(url: str, create: bool) -> Store:
+    from .sqlite_store import open_sqlite
+
+    return open_sqlite(url, create)
+
+
+def _open_postgres(url: str, create: bool) -> Store:
+    from .postgres_store import open_postgres  # psycopg only when a server is named
+
+    return open_postgres(url, create)
+
+
+register_store(PLAIN_PATH, _open_sqlite, "sqlite:///PATH")
+register_store(("postgresql", "postgres"), _open_postgres, "postgresql://...")
