@@ -17,7 +17,8 @@ from helpers import git_repo as _repo
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.rounds import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
-from pytest_s2st.significance import FASTER, SAME, SLOWER, compare_pair_sets, compare_pairs
+from pytest_s2st.ab.estimators import compare_pair_sets, compare_pairs
+from pytest_s2st.significance import FASTER, SAME, SLOWER
 from pytest_s2st.versions.driver import worker_args
 from pytest_s2st.versions.worktree import Worktree
 
