@@ -82,7 +82,7 @@ def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means
 def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
     args = ["benchmarks/", "--s2st-ab-base", "origin/main", "--s2st-ab-pairs=3", "-n", "2", "-n4",
             "--benchmark-json", "out.json", "--junitxml=j.xml", "--s2st-compare-fail=runtime_s:5%", "-k", "model",
-            "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q"]
+            "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q", "--s2st-ab-estimator", "median"]
     assert worker_args(args) == ["benchmarks/", "-k", "model", "--s2st-config=staged/S2UT.yaml",
                                  "--s2st-ab-round-s", "0.2", "-q"]
 
