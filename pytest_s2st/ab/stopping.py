@@ -1,15 +1,15 @@
 """When a code-version A/B may stop its rounds early: a group-sequential rule over the paired round ratios.
 
-The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks
-at the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same estimator (ab/estimators.py; the
-default: median of the pooled ratios, order-statistic interval widened to each pair's median) at a stricter level: 1 - 0.05 / K for K interim
-looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so the rounds left could
-not move the verdict unless the interval missed the true ratio: at most 5 % of the time over all looks together.
-The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's PASS/FAIL is what
-the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one its rounds
-support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds run): its
-interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is no ratio:
-no early stop.
+The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks at
+the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same estimator (ab/estimators.py; the
+default: median of the pooled ratios, order-statistic interval widened to each pair's median) at a stricter level:
+1 - 0.05 / K for K interim looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so
+the rounds left could not move the verdict unless the interval missed the true ratio: at most 5 % of the time over
+all looks together. The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's
+PASS/FAIL is what the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one
+its rounds support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds
+run): its interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is
+no ratio: no early stop.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class StoppingRule:
             if getattr(limit, "metric", None) != "runtime_s":
                 continue
             if not getattr(limit, "percent", False):
-                return cls(rounds, estimator=estimator)  # a limit in seconds: no ratio says which side of it the head is
+                # a limit in seconds: no ratio says which side of it the head is
+                return cls(rounds, estimator=estimator)
             bounds.append(1 + float(getattr(limit, "limit")) / 100)
         return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))), estimator)
 

@@ -32,7 +32,8 @@ SIDES = ("base", "head")
 # (each worker's results come back to the controller); (flag, takes a value)
 DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--s2st-ab-estimator", True),
            ("--benchmark-json", True), ("--benchmark-save", True), ("--benchmark-autosave", False),
-           ("--junitxml", True), ("--junit-xml", True), ("--report-log", True), ("--s2st-plot", True), ("-n", True), ("--numprocesses", True), ("--dist", True),
+           ("--junitxml", True), ("--junit-xml", True), ("--report-log", True), ("--s2st-plot", True), ("-n", True),
+           ("--numprocesses", True), ("--dist", True),
            ("--s2st-processes", True), ("--s2st-compare-fail", True), ("--benchmark-compare-fail", True),
            ("--s2st-strict", False), ("--benchmark-compare", False), ("--s2st-history", True),
            ("--s2st-history-fail", True), ("--s2st-history-window", True))
