@@ -120,6 +120,12 @@ def pytest_configure(config: pytest.Config) -> None:
             cache_root()
         for name in ("ab_base", "ab_pairs", "ab_round_s"):
             state.option(name)
+        from .ab.estimators import estimator
+
+        try:  # a name, not a parser's form: a conftest registers its estimator after the command line is read
+            estimator(state.option("ab_estimator"))
+        except ValueError as exc:
+            raise S2STError(f"{state.source('ab_estimator')}: {exc}") from None
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
     from .plugin_versions import configure as code_versions

@@ -65,8 +65,10 @@ def history_rounds(settings: dict, state: Any) -> dict:
 
 
 class S2STBenchmark:
-    """``s2st_benchmark(model, inputs, *, baseline=None, references=None, ab_mode=None)`` -> the row's Measurement;
-    ``ab_mode``: how an A/B with ``baseline=`` times its rounds, a mode of ab.paired_modes() (None: in one process)."""
+    """``s2st_benchmark(model, inputs, *, baseline=None, references=None, ab_mode=None, ab_estimator=None)`` -> the
+    row's Measurement; ``ab_mode``: how an A/B with ``baseline=`` times its rounds, a mode of ab.paired_modes() (None:
+    in one process); ``ab_estimator``: what judges its paired rounds, a name of ab.ESTIMATORS (None:
+    --s2st-ab-estimator's)."""
 
     def __init__(self, request: pytest.FixtureRequest, benchmark: Any):
         from .benchmark_compat import save_case_ids
@@ -80,18 +82,19 @@ class S2STBenchmark:
         self._model: Any = None  # the test's own callable, once called: a code-version worker reports its file
 
     def __call__(self, pipeline: Any, dataset: Any, *, baseline: Any = None, references: Any = None,
-                 ab_mode: str | None = None) -> Any:
+                 ab_mode: str | None = None, ab_estimator: str | None = None) -> Any:
         state, case = self.state, self.case
         if state.benchmark_refusals:
             fail(state.benchmark_refusals[0])
-        if ab_mode is not None and baseline is None:
-            fail(S2STError(f"{self.node.nodeid}: s2st_benchmark(..., ab_mode={ab_mode!r}) times an A/B: it needs "
-                           "baseline="))
+        for keyword, value in (("ab_mode", ab_mode), ("ab_estimator", ab_estimator)):
+            if value is not None and baseline is None:
+                fail(S2STError(f"{self.node.nodeid}: s2st_benchmark(..., {keyword}={value!r}) times an A/B: it needs "
+                               "baseline="))
         versions = state.code_versions
         if versions is not None:  # pytest-benchmark times nothing here: its "fixture was not used" does not apply
             self.benchmark._mode = "s2st: timed by the code-version A/B"
         if versions is not None and versions.controller:  # both sides measured in the workers (plugin_versions)
-            measurement = versions.compare(self.node)
+            measurement = versions.compare(self.node, ab_estimator)
             measurement.info["identity"] = f"{self.node.path.name}::{self.node.name}"
             state.add_measurement(self.node, measurement)
             self._save(measurement)
@@ -111,6 +114,8 @@ class S2STBenchmark:
         settings, run_settings = _run_settings(self.request, case)
         if ab_mode is not None:
             run_settings.ab_mode = ab_mode
+        if ab_estimator is not None:
+            run_settings.ab_estimator = ab_estimator
         if own and run_settings.isolate:
             run_settings.isolate_model = benchmarked
         if own and run_settings.instructions != "off":  # the valgrind child re-creates it from its pickle

@@ -76,18 +76,33 @@ class VersionsController:
         sides = {"head": Side(self.start, args, self.worktree.repository, _pythonpath(self.worktree.repository)),
                  "base": Side(self.worktree.mapped(self.start), base_args, self.worktree.path,
                               _pythonpath(self.worktree.path), tuple(base_paths.absent))}
-        rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS, self.state.option("compare_fail") or ())
+        rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS,
+                                       self.state.option("compare_fail") or (), self.estimator())
         logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
         self.driver = Driver(sides, items, logs, self.state.option("ab_pairs"), rule, self.state.option("ab_round_s"))
 
-    def compare(self, item: pytest.Item) -> Any:
-        """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change."""
+    def estimator(self, chosen: str | None = None) -> Any:
+        """The A/B estimator of a test: the one it chose (``s2st_benchmark(..., ab_estimator=)``), else
+        --s2st-ab-estimator's (checked when the session was configured)."""
+        from .ab import estimators
+
+        if chosen is None:
+            return estimators.estimator(self.state.option("ab_estimator"))
+        try:
+            return estimators.chosen(chosen)
+        except S2STError as exc:
+            fail(exc)
+
+    def compare(self, item: pytest.Item, ab_estimator: str | None = None) -> Any:
+        """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change by the
+        test's estimator (``ab_estimator``, else the session's)."""
         from .ab.code_versions import ab_record
         from .measurement import Measurement
 
         if self.driver is None:
             fail(f"--s2st-ab-base {self.ref}: no worker runs {item.nodeid}")
-        compared = self.driver.compare(item.nodeid)
+        estimator = self.estimator(ab_estimator)
+        compared = self.driver.compare(item.nodeid, estimator)
         self.compared[item.nodeid] = compared
         if compared.missing is not None:
             measurement = Measurement(item.name, "?")
@@ -96,7 +111,7 @@ class VersionsController:
             measurement = Measurement.from_dict(compared.head[0])
             measurement.baseline = Measurement.from_dict(compared.base[0])
         measurement.info["ab"] = ab_record(compared, self.ref, self.worktree.sha, self.worktree.head_sha,
-                                           self.state.option("ab_round_s")).to_dict()
+                                           self.state.option("ab_round_s"), estimator).to_dict()
         return measurement
 
     def head_rounds(self, item: pytest.Item) -> list[float]:

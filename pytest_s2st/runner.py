@@ -22,9 +22,10 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Sequence
 
 from .ab import paired_modes
+from .ab.estimators import chosen
 from .ab.inprocess import AB_MIN_PAIRS
 from .ab.mode import PairContext
-from .ab.record import IN_PROCESS
+from .ab.record import IN_PROCESS, MEDIAN
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
@@ -73,6 +74,7 @@ class RunSettings:
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
     ab_round_s: float = 0.1  # an A/B's round target (--s2st-ab-round-s; PairedRounds.calibrate)
     ab_mode: str = IN_PROCESS  # how an A/B (baseline=) times its rounds: a mode of ab.MODES that pairs rounds
+    ab_estimator: str = MEDIAN  # what judges an A/B's paired rounds: an estimator of ab.ESTIMATORS
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], **given: Any) -> "RunSettings":
@@ -289,6 +291,7 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
 
         raise S2STError(f"s2st_benchmark(..., ab_mode={settings.ab_mode!r}): not an A/B mode chosen per test; "
                         f"known: {', '.join(map(repr, paired_modes()))}")
+    estimator = chosen(settings.ab_estimator) if baseline is not None else None
     if settings.runtime_protocol not in PROTOCOLS:
         raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
@@ -358,7 +361,7 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
         base_stages, base_inputs = _measure_baseline(baseline, samples, settings, measurement, measurer)
         paired = paired_modes()[settings.ab_mode].pair(
             rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat),
-            PairContext(pipeline, baseline, samples, settings))
+            PairContext(pipeline, baseline, samples, settings, estimator))
         paired.calibrate(settings.ab_round_s)
     driven = paired or rounds
     if drive_timing is None:

@@ -16,10 +16,9 @@ the thread's run-queue wait: a neighbour's load taken out) both at least GROSS (
 without run-queue readings, the raw means and medians both GROSS_RAW (x5) apart. Smaller ratios stay "cannot
 tell".
 
-In one process, baseline and candidate alternating (``compare_pairs``, the in-process A/B): rounds run ABBA
-(B A, A B, B A, ...) on the same input, so drift of the machine hits both sides of a pair alike; the change is
-the median of the paired log-ratios and its 95 % interval the distribution-free order-statistic interval of
-that median (binomial, as the sign test): one outlier round moves neither.
+In one process, baseline and candidate alternating (an A/B): rounds run ABBA (B A, A B, B A, ...) on the same
+input, so drift of the machine hits both sides of a pair alike; the change is an A/B estimator's (ab/estimators.py,
+by default the median of the paired log-ratios and its order-statistic interval), a ``Change`` with ``pairs``.
 
 Within one process (``compare_rounds``, for interleaved passes of one run, e.g. the cost benchmark):
 as criterion does: resample each run's rounds with replacement (bootstrap), take the ratio of the
@@ -37,7 +36,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .runtime_stats import DEFAULT_STATISTIC, T975, statistic, t975  # noqa: F401 -- the one t table (runtime_stats.py)
-from .runtime_stats import median_interval as _median_interval
 
 MIN_ROUNDS = 5          # per side; fewer and no interval is computed
 CONFIDENCE = 0.95
@@ -48,12 +46,12 @@ SEED = 20261201
 SLOWER, FASTER, SAME, TOO_FEW = "slower", "faster", "no significant change", "too few rounds"
 MIN_RUNS = 3            # per side, for a verdict between runs
 CANNOT_TELL = "cannot tell from one run per side"
-NOT_FINITE = "rounds not finite (missing evidence)"
+NOT_FINITE = "rounds not finite (missing evidence)"  # a NaN/inf/non-number round: nothing is claimed
 # one run per side, own times (run-queue wait out): identical short runs were seen up to x1.88 apart on the idle VM
 # (docs/records/measurement.md, one run per side: x2 work read as little as x1.12); x3 in mean and median is beyond that drift
 GROSS = 3.0
 GROSS_RAW = 5.0         # the same without run-queue readings: raw means of identical short runs were seen x3.83 apart
-MIN_PAIRS = 6           # in-process A/B: the fewest pairs whose median has a 95 % order-statistic interval  # a NaN/inf/non-number round: nothing is claimed
+MIN_PAIRS = 6           # A/B: the fewest pairs whose median has a 95 % order-statistic interval
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ class Change:
     word: str = TOO_FEW
     rounds: tuple[int, int] = (0, 0)  # (old, new)
     runs: tuple[int, int] | None = None  # (old, new) runs, for a comparison between runs
-    pairs: int | None = None         # ABBA pairs, for an in-process A/B (compare_pairs)
+    pairs: int | None = None         # ABBA pairs, for an A/B (ab/estimators.py)
     gross: bool = False              # one run per side, judged by GROSS alone (no interval)
     own_ratio: float | None = None   # the gross rule's ratio of own round times (run-queue wait out), when it had them
 
@@ -122,7 +120,7 @@ def usable(values: object) -> list[float] | None:
     return out  # type: ignore[return-value]
 
 
-def _word(ratio: float, low: float, high: float) -> str:
+def word_of(ratio: float, low: float, high: float) -> str:
     """slower/faster only when the interval excludes 1 and the ratio is past the noise threshold."""
     if low > 1 and ratio > 1 + NOISE:
         return SLOWER
@@ -178,7 +176,7 @@ def compare_rounds(old: Sequence[float], new: Sequence[float], name: str = DEFAU
     new_means = reduce(n[rng.integers(0, n.size, (RESAMPLES, n.size))], axis=1)
     tail = 100 * (1 - CONFIDENCE) / 2
     low, high = (float(v) for v in np.percentile(new_means / old_means, [tail, 100 - tail]))
-    return Change(ratio, low, high, _word(ratio, low, high), **counts)
+    return Change(ratio, low, high, word_of(ratio, low, high), **counts)
 
 
 def _gross(ratio: float, old_rounds: Sequence[float] | None, new_rounds: Sequence[float] | None,
@@ -231,52 +229,4 @@ def compare_runs(old: Sequence[float], new: Sequence[float], old_rounds: Sequenc
     centre = float(ln.mean() - lo_.mean())
     half = t975(df) * se
     low, high = float(np.exp(centre - half)), float(np.exp(centre + half))
-    return Change(ratio, low, high, _word(ratio, low, high), **counts)
-
-
-def median_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
-    """0-based order statistics (lo, hi) whose interval covers the median of n values with at least
-    ``confidence``, whatever their distribution (the sign test's binomial, runtime_stats.median_interval); None below
-    MIN_PAIRS values."""
-    return _median_interval(n, confidence) if n >= MIN_PAIRS else None
-
-
-def compare_pairs(baseline: Sequence[float], candidate: Sequence[float], confidence: float = CONFIDENCE) -> Change:
-    """Round i of each side ran next to the other's round i (ABBA): the median candidate/baseline ratio of the
-    pairs, its order-statistic interval (95 %, or ``confidence``), and the word."""
-    olds, news = usable(baseline), usable(candidate)
-    n = min(_count(baseline), _count(candidate))
-    if olds is None or news is None:
-        return Change(None, word=NOT_FINITE, pairs=n)
-    if n == 0 or len(olds) != len(news) or min(olds) <= 0 or min(news) <= 0:
-        return Change(None, pairs=n)
-    logs = np.sort(np.log(np.asarray(news)) - np.log(np.asarray(olds)))
-    ratio = float(np.exp(np.median(logs)))
-    bounds = median_interval(n, confidence)
-    if bounds is None:
-        return Change(ratio, word=TOO_FEW, pairs=n)
-    low, high = float(np.exp(logs[bounds[0]])), float(np.exp(logs[bounds[1]]))
-    return Change(ratio, low, high, _word(ratio, low, high), pairs=n)
-
-
-def compare_pair_sets(sets: Sequence[tuple[Sequence[float], Sequence[float]]], confidence: float = CONFIDENCE) -> Change:
-    """Several worker pairs, each with its rounds paired (baseline, candidate) as in ``compare_pairs``: the median
-    of every pair's log-ratios pooled, its 95 % order-statistic interval, widened to hold each worker pair's own
-    median -- a process's layout biases every round of its pair alike, which the pooled interval cannot see, so
-    pairs that disagree widen the interval to their spread (an A/A whose two pairs read x0.98 and x1.03 is not
-    called faster or slower)."""
-    pooled_old: list[float] = []
-    pooled_new: list[float] = []
-    medians = []
-    for old, new in sets:
-        pooled_old += list(old)
-        pooled_new += list(new)
-        one = compare_pairs(old, new)
-        if one.ratio is None:
-            return Change(one.ratio, word=one.word, pairs=min(_count(old), _count(new)))
-        medians.append(one.ratio)
-    change = compare_pairs(pooled_old, pooled_new, confidence)
-    if change.low is None or len(medians) < 2:
-        return change
-    low, high = min(change.low, *medians), max(change.high, *medians)
-    return Change(change.ratio, low, high, _word(change.ratio, low, high), pairs=change.pairs)
+    return Change(ratio, low, high, word_of(ratio, low, high), **counts)

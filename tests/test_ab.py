@@ -10,8 +10,9 @@ import pytest
 from pytest_s2st.ab.inprocess import AB_MIN_PAIRS, PairedRounds
 from pytest_s2st.rounds import RoundPolicy, TimedRounds
 from pytest_s2st.measure.device import resolve_device
+from pytest_s2st.ab.estimators import compare_pairs, median_interval
 from pytest_s2st.significance import (CANNOT_TELL, FASTER, GROSS, GROSS_RAW, MIN_PAIRS, NOT_FINITE, SAME, SLOWER, TOO_FEW,
-                                      compare_pairs, compare_runs, median_interval)
+                                      compare_runs)
 
 
 @pytest.mark.parametrize("n", [6, 7, 10, 20, 30, 31, 50, 100])

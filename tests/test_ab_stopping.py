@@ -7,7 +7,8 @@ import pytest
 
 from pytest_s2st.ab.stopping import ALPHA, FIRST_LOOK, StoppingRule
 from pytest_s2st.limits import compare_limits
-from pytest_s2st.significance import SAME, SLOWER, compare_pair_sets
+from pytest_s2st.ab.estimators import compare_pair_sets
+from pytest_s2st.significance import SAME, SLOWER
 
 
 def _trials(truth: float, rule: StoppingRule, n: int = 300, sd: float = 0.03, seed: int = 7):

@@ -17,7 +17,8 @@ from helpers import git_repo as _repo
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.rounds import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
-from pytest_s2st.significance import FASTER, SAME, SLOWER, compare_pair_sets, compare_pairs
+from pytest_s2st.ab.estimators import compare_pair_sets, compare_pairs
+from pytest_s2st.significance import FASTER, SAME, SLOWER
 from pytest_s2st.versions.driver import worker_args
 from pytest_s2st.versions.worktree import Worktree
 
@@ -81,7 +82,7 @@ def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means
 def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
     args = ["benchmarks/", "--s2st-ab-base", "origin/main", "--s2st-ab-pairs=3", "-n", "2", "-n4",
             "--benchmark-json", "out.json", "--junitxml=j.xml", "--s2st-compare-fail=runtime_s:5%", "-k", "model",
-            "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q"]
+            "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q", "--s2st-ab-estimator", "median"]
     assert worker_args(args) == ["benchmarks/", "-k", "model", "--s2st-config=staged/S2UT.yaml",
                                  "--s2st-ab-round-s", "0.2", "-q"]
 

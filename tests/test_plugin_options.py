@@ -42,6 +42,7 @@ VALUES = {
     "ab_base": ("origin/main", "origin/main"),  # not in the round trip: it checks a revision out (test_code_versions)
     "ab_pairs": ("3", 3),
     "ab_round_s": ("0.25", 0.25),
+    "ab_estimator": ("median-again", "median-again"),  # registered by _an_estimator below: the name must be known
     "summary": ("ab.md", "ab.md"),
     "isolate": ("true", True),
     "concurrency": ("3,5", [3, 5]),
@@ -67,6 +68,18 @@ VALUES = {
     "level_parts_wait": ("7.5", 7.5),
 }
 PATHS = {"dataset_path", "dump_dir", "workload"}
+
+
+@pytest.fixture(autouse=True)
+def _an_estimator(monkeypatch):
+    """A second A/B estimator for --s2st-ab-estimator's sample value (the package ships only the median)."""
+    import copy
+
+    from pytest_s2st.ab import estimators
+
+    again = copy.copy(estimators.DEFAULT)
+    again.name = "median-again"
+    monkeypatch.setitem(estimators.ESTIMATORS, again.name, again)
 
 PROBE = '''
 import json

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .estimators import DEFAULT, Estimator
 from .mode import ABMode
 from .record import ABRecord
 
@@ -28,27 +29,26 @@ class CodeVersions(ABMode):
 MODE = CodeVersions()
 
 
-def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: str | None, round_s: float) -> ABRecord:
+def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: str | None, round_s: float,
+              estimator: Estimator = DEFAULT) -> ABRecord:
     """The paired change over every worker pair's rounds (``compared``: versions.driver.Compared) of ``base`` (the
-    ref as given) against the head; no verdict when a side is missing."""
-    from ..significance import compare_pair_sets
-
+    ref as given) against the head, by ``estimator`` (--s2st-ab-estimator); no verdict when a side is missing."""
     details = {"base": base, "base_sha": base_sha, "head_sha": head_sha, "worker_pairs": len(compared.sets),
                "rounds_s": [list(s) for s in compared.sets],
                "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
                "stopped": compared.stopped or "every round run"}
-    method = ("median of paired head/base round ratios (each round's own time: wall less the time its thread waited "
-              "for a CPU), base and head in warm worker processes (each importing its own tree, all on one CPU while "
-              "timing) taking turns round by round, ABBA, worker pairs interleaved; 95% order-statistic interval of "
-              "the median, widened to hold each worker pair's own median; the rounds stop early once that interval at "
+    method = (f"{estimator.statistic} of paired head/base round ratios (each round's own time: wall less the time its "
+              "thread waited for a CPU), base and head in warm worker processes (each importing its own tree, all on "
+              "one CPU while timing) taking turns round by round, ABBA, worker pairs interleaved; "
+              f"95% {estimator.sets_interval}; the rounds stop early once that interval at "
               "1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit (ab/stopping.py)")
     if compared.missing is not None:
         return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
-                        missing=compared.missing, mode=MODE.name, details=details)
+                        missing=compared.missing, mode=MODE.name, estimator=estimator.name, details=details)
     # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where every
     # round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread x0.70-x1.62, their
     # own times x0.87-x1.18 (docs/records/measurement.md)
-    change = compare_pair_sets(compared.own_sets or compared.sets)
+    change = estimator.pair_sets(compared.own_sets or compared.sets)
     return ABRecord(change.ratio, change.low, change.high, change.word, change.pairs, compared.calls, round_s, method,
                     timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time",
-                    mode=MODE.name, details=details)
+                    mode=MODE.name, estimator=estimator.name, details=details)

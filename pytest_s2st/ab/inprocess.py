@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..rounds import TimedRounds, calls_per_round
+from .estimators import DEFAULT, Estimator
 from .mode import ABMode, PairContext
 from .record import IN_PROCESS, ABRecord
 
@@ -23,7 +24,7 @@ class InProcess(ABMode):
         return "A/B in one process (baseline -> candidate)"
 
     def pair(self, candidate: TimedRounds, baseline: TimedRounds, context: PairContext) -> "PairedRounds":
-        return PairedRounds(candidate, baseline)
+        return PairedRounds(candidate, baseline, context.estimator)
 
 
 MODE = InProcess()
@@ -34,10 +35,11 @@ class PairedRounds:
     ``TimedRounds``) with a baseline round of the same input beside each, in ABBA order -- B0 A0, A1 B1, B2 A2,
     ... -- so a drift of the machine or a cache warmed by one side's last round hits both sides alike. The
     baseline rounds run in ``setup`` (outside the caller's clock) on the same timer; ``finish`` runs the last
-    pair's baseline round when the candidate went first."""
+    pair's baseline round when the candidate went first; ``estimator`` judges the pairs (ab/estimators.py)."""
 
-    def __init__(self, candidate: TimedRounds, baseline: TimedRounds):
+    def __init__(self, candidate: TimedRounds, baseline: TimedRounds, estimator: Estimator = DEFAULT):
         self.candidate, self.baseline = candidate, baseline
+        self.estimator = estimator
         self.policy, self.count = candidate.policy, candidate.count
         self._pending: int | None = None  # the index of a pair whose baseline round is still to run
 
@@ -105,12 +107,10 @@ class PairedRounds:
         it), else on wall times. At load 7 (six busy loops beside), on the same rounds: wall times read +10 % slower
         13/20 and A/A once faster, own times 20/20 and never (docs/records/measurement.md). (With one-call rounds taking the
         wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
-        from ..significance import compare_pairs
-
         base, cand = ((self.baseline.own_round_totals(), self.candidate.own_round_totals()) if self.own()
                       else (self.baseline.round_totals, self.candidate.round_totals))
         n = min(len(cand), len(base))
-        return compare_pairs(base[:n], cand[:n])
+        return self.estimator.pairs(base[:n], cand[:n])
 
     def record(self, round_s: float) -> ABRecord:
         return ab_record(self, round_s)
@@ -118,11 +118,11 @@ class PairedRounds:
 
 def ab_record(paired: PairedRounds, round_s: float) -> ABRecord:
     """The paired change of the candidate's and the baseline's rounds, and how they were timed."""
-    change = paired.change()
+    change, estimator = paired.change(), paired.estimator
     return ABRecord(
         change.ratio, change.low, change.high, change.word, change.pairs, calls_per_round=paired.candidate.calls,
         round_target_s=round_s, timing="own time (wall less run-queue wait)" if paired.own() else "wall time",
-        method=f"median of paired candidate/baseline round ratios, rounds of {paired.candidate.calls} calls "
-               f"(about {round_s:g} s) alternating ABBA in one process, each round's own time (wall "
-               "less the time its thread waited for a CPU) where every round has it; 95% distribution-free "
-               "interval of the median (order statistics, binomial)")
+        method=f"{estimator.statistic} of paired candidate/baseline round ratios, rounds of {paired.candidate.calls} "
+               f"calls (about {round_s:g} s) alternating ABBA in one process, each round's own time (wall "
+               f"less the time its thread waited for a CPU) where every round has it; 95% {estimator.interval}",
+        estimator=estimator.name)

@@ -7,17 +7,20 @@ from typing import Any, Mapping, Sequence
 
 from ..report import WIDTH
 from . import table
+from .estimators import DEFAULT, Estimator
 from .record import ABRecord
 
 
 @dataclass
 class PairContext:
     """What a mode chosen per test may need beyond the two sides' rounds: the two pipelines as the test gave
-    them (to re-create a side elsewhere, e.g. in a worker process), the samples, the runner's RunSettings."""
+    them (to re-create a side elsewhere, e.g. in a worker process), the samples, the runner's RunSettings, and the
+    estimator its paired rounds are judged by (``ab_estimator=NAME``, --s2st-ab-estimator)."""
     candidate: Any
     baseline: Any
     samples: Sequence[Any]
     settings: Any
+    estimator: Estimator = DEFAULT
 
 
 class ABMode:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 IN_PROCESS = "in one process"  # the in-process A/B's mode: its records carry no "mode" (they predate modes)
+MEDIAN = "median"  # the default estimator (ab/estimators.py): its records carry no "estimator" (they predate them)
 
 
 @dataclass
@@ -21,10 +22,13 @@ class ABRecord:
     timing: str | None = None   # own time or wall time; None when no change was computed
     missing: str | None = None  # why there is no verdict (a side measured nothing)
     mode: str = IN_PROCESS      # the mode's name in the registry (pytest_s2st.ab.MODES)
+    estimator: str = MEDIAN     # the estimator's name in its registry (pytest_s2st.ab.ESTIMATORS)
     details: dict[str, Any] = field(default_factory=dict)  # the mode's own fields (code versions: base, shas, rounds)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.mode == IN_PROCESS else {"mode": self.mode}
+        if self.estimator != MEDIAN:
+            out["estimator"] = self.estimator
         out.update(self.details)
         out.update(ratio=self.ratio, low=self.low, high=self.high, word=self.word, pairs=self.pairs,
                    calls_per_round=self.calls_per_round, round_target_s=self.round_target_s)
@@ -43,6 +47,7 @@ class ABRecord:
         return cls(**{k: data.get(k) for k in ("ratio", "low", "high", "word", "pairs", "calls_per_round",
                                               "round_target_s", "method")},
                    timing=data.get("timing"), missing=data.get("missing"), mode=data.get("mode", IN_PROCESS),
+                   estimator=data.get("estimator", MEDIAN),
                    details={k: v for k, v in data.items() if k not in named})
 
 

@@ -1,20 +1,22 @@
 """When a code-version A/B may stop its rounds early: a group-sequential rule over the paired round ratios.
 
-The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks
-at the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same statistic (median of the pooled
-ratios, order-statistic interval widened to each pair's median) at a stricter level: 1 - 0.05 / K for K interim
-looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so the rounds left could
-not move the verdict unless the interval missed the true ratio: at most 5 % of the time over all looks together.
-The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's PASS/FAIL is what
-the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one its rounds
-support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds run): its
-interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is no ratio:
-no early stop.
+The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks at
+the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same estimator (ab/estimators.py; the
+default: median of the pooled ratios, order-statistic interval widened to each pair's median) at a stricter level:
+1 - 0.05 / K for K interim looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so
+the rounds left could not move the verdict unless the interval missed the true ratio: at most 5 % of the time over
+all looks together. The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's
+PASS/FAIL is what the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one
+its rounds support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds
+run): its interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is
+no ratio: no early stop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+from .estimators import DEFAULT, Estimator
 
 FIRST_LOOK = 6  # rounds per pair and side at the first look (the fewest with a 95 % median interval)
 EVERY = 2       # rounds between looks
@@ -25,9 +27,10 @@ ALPHA = 0.05    # the chance, over all looks together, that an early stop is on 
 class StoppingRule:
     rounds: int                     # the most rounds per pair and side (the fixed design's)
     bounds: tuple[float, ...] = ()  # ratios the interval must not hold to stop; () never stops early
+    estimator: Estimator = DEFAULT  # what the verdict is computed by (--s2st-ab-estimator): each look uses it too
 
     @classmethod
-    def for_limits(cls, rounds: int, limits: Sequence[object] = ()) -> "StoppingRule":
+    def for_limits(cls, rounds: int, limits: Sequence[object] = (), estimator: Estimator = DEFAULT) -> "StoppingRule":
         """The rule for ``limits`` (limits.CompareLimit) on runtime_s, else for the word's noise threshold."""
         from ..significance import NOISE
 
@@ -36,9 +39,10 @@ class StoppingRule:
             if getattr(limit, "metric", None) != "runtime_s":
                 continue
             if not getattr(limit, "percent", False):
-                return cls(rounds)  # a limit in seconds: no ratio says which side of it the head is
+                # a limit in seconds: no ratio says which side of it the head is
+                return cls(rounds, estimator=estimator)
             bounds.append(1 + float(getattr(limit, "limit")) / 100)
-        return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))))
+        return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))), estimator)
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -54,11 +58,9 @@ class StoppingRule:
     def settled(self, done: int, sets: Sequence[tuple[Sequence[float], Sequence[float]]]) -> bool:
         """After ``done`` rounds of each pair and side (``sets``: per pair, (base, head) round times), whether the
         verdict is decided: a look, and the strict interval holds no boundary."""
-        from ..significance import compare_pair_sets
-
         if done not in self.looks:
             return False
-        change = compare_pair_sets(sets, self.confidence)
+        change = self.estimator.pair_sets(sets, self.confidence)
         if change.low is None or change.high is None:
             return False
         return not any(change.low <= b <= change.high for b in self.bounds)

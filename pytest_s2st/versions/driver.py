@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,9 +30,10 @@ SIDES = ("base", "head")
 
 # options the workers must not get: the controller's own, and those that write or judge a session's results
 # (each worker's results come back to the controller); (flag, takes a value)
-DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--benchmark-json", True),
-           ("--benchmark-save", True), ("--benchmark-autosave", False), ("--junitxml", True), ("--junit-xml", True),
-           ("--report-log", True), ("--s2st-plot", True), ("-n", True), ("--numprocesses", True), ("--dist", True),
+DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--s2st-ab-estimator", True),
+           ("--benchmark-json", True), ("--benchmark-save", True), ("--benchmark-autosave", False),
+           ("--junitxml", True), ("--junit-xml", True), ("--report-log", True), ("--s2st-plot", True), ("-n", True),
+           ("--numprocesses", True), ("--dist", True),
            ("--s2st-processes", True), ("--s2st-compare-fail", True), ("--benchmark-compare-fail", True),
            ("--s2st-strict", False), ("--benchmark-compare", False), ("--s2st-history", True),
            ("--s2st-history-fail", True), ("--s2st-history-window", True))
@@ -283,7 +284,9 @@ class Driver:
 
     # ------------------------------------------------------------------ one benchmark
 
-    def compare(self, nodeid: str) -> Compared:
+    def compare(self, nodeid: str, estimator: Any = None) -> Compared:
+        """Both sides' rounds of ``nodeid``; ``estimator`` (ab/estimators.py) the stopping rule looks with, when the
+        test chose its own."""
         result = Compared(nodeid)
         present = {w: self._arrive(w, nodeid) for w in self.workers}
         pairs = []
@@ -306,10 +309,11 @@ class Driver:
             return result
         timing = [w for pair in pairs for w in pair]
         with same_cpu([w.process.pid for w in timing]):
-            self._rounds(result, pairs, samples.pop())
+            rule = self.rule if estimator is None else replace(self.rule, estimator=estimator)
+            self._rounds(result, pairs, samples.pop(), rule)
         return self._collect(result, pairs, nodeid)
 
-    def _rounds(self, result: Compared, pairs: list, samples: int) -> None:
+    def _rounds(self, result: Compared, pairs: list, samples: int, rule: StoppingRule) -> None:
         per_call = 0.0
         for w in (w for pair in pairs for w in pair):
             answer = self._order(w, {"op": "calibrate", "budget_s": self.round_s / 2}, ARRIVE_S, "calibrating")
@@ -320,7 +324,7 @@ class Driver:
         patience = ROUND_SLACK_S + 50 * per_call * calls
         times: dict[WorkerProcess, list[float]] = {w: [] for pair in pairs for w in pair}
         own: dict[WorkerProcess, list[float | None]] = {w: [] for pair in pairs for w in pair}
-        for i in range(self.rule.rounds):
+        for i in range(rule.rounds):
             for j, (base, head) in enumerate(pairs):
                 for w in ((base, head) if (i + j) % 2 == 0 else (head, base)):
                     answer = self._order(w, {"op": "round", "calls": calls}, patience, "timing a round")
@@ -333,8 +337,8 @@ class Driver:
             result.sets = [(times[base], times[head]) for base, head in pairs]
             result.own_sets = ([(own[base], own[head]) for base, head in pairs]
                                if all(v is not None for w in own for v in own[w]) else None)
-            if self.rule.settled(i + 1, result.own_sets or result.sets):  # the rounds left cannot move the verdict
-                result.stopped = f"decided after {i + 1} of {self.rule.rounds} rounds"
+            if rule.settled(i + 1, result.own_sets or result.sets):  # the rounds left cannot move the verdict
+                result.stopped = f"decided after {i + 1} of {rule.rounds} rounds"
                 break
         for w in times:
             self._done(w)
