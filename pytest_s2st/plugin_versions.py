@@ -19,6 +19,11 @@ from .session import fail
 AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rounds says otherwise
 
 
+# a worker of a pair after the first: no memory, FLOPs, tensor or instruction pass (its timed rounds are all the
+# controller reads of it), which halves the untimed work of two pairs (docs/records/measurement.md)
+ROUNDS_ONLY = {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
+
+
 def configure(config: pytest.Config, state: Any) -> None:
     """Registers the controller (--s2st-ab-base) or the worker (started by a controller); refuses what cannot
     go with it before any test runs."""
@@ -26,6 +31,8 @@ def configure(config: pytest.Config, state: Any) -> None:
 
     spec = worker_spec()
     if spec is not None:
+        if spec.get("pair"):  # only the first pair's measurement is the row: the others just time their rounds
+            state.explicit.update(ROUNDS_ONLY)
         worker = VersionsWorker(config, spec)
         state.code_versions = worker
         config.pluginmanager.register(worker, "s2st-ab-worker")
