@@ -124,8 +124,11 @@ class TimedRounds:
         self._next = 0
         # each round's run-queue wait (measure/runqueue.py), read between rounds, outside every clock
         self.waits: list[float | None] = []
+        # each round's wall time between the same two readings: the window the wait fell in (_own)
+        self.windows: list[float] = []
         self._queue = RunqueueClock()
         self._before: float | None = None
+        self._t_before = 0.0
         self._marked = False
         self.probes = [make() for make in ROUND_PROBES]
         self.probed: dict[str, list[float | None]] = {p.metric: [] for p in self.probes}  # each round's amount
@@ -135,13 +138,16 @@ class TimedRounds:
         """The next round starts: read the run-queue wait and the probes (outside the timed call)."""
         self._probes_before = [p.read() for p in self.probes]
         self._before, self._marked = self._queue.read(), True
+        self._t_before = time.perf_counter()
 
     def settle(self) -> None:
         """The marked round ended: its run-queue wait is the difference of the readings."""
         if not self._marked:
             return
+        window = time.perf_counter() - self._t_before
         now = self._queue.read()
         self.waits.append(now - self._before if now is not None and self._before is not None else None)
+        self.windows.append(window)
         for probe, before in zip(self.probes, self._probes_before):
             self.probed[probe.metric].append(probe.between(before, probe.read()))
         self._marked = False
@@ -225,17 +231,29 @@ class TimedRounds:
         args, _ = self.setup(mark=False)
         self.run_marked(*args)
         wait = self.waits[-1]
-        return self.last_round_s(), self._own(self.round_totals[-1], wait) if wait is not None else None
+        own = self._own(self.round_totals[-1], wait, len(self.round_totals) - 1) if wait is not None else None
+        return self.last_round_s(), own
 
-    def _own(self, round_s: float, wait_s: float) -> float:
-        return max(round_s - wait_s / self.calls, 0.0)
+    def _waited(self, round_s: float, wait_s: float, k: int) -> float:
+        """Round k's per-sample wait: the round's wait over its window (the wall time between the two readings),
+        as a share of the round's per-sample time. The stage clocks see less than the window (the loop between
+        calls, the bookkeeping around the round), so a whole wait taken from them made own times 0 at load ~13
+        (``too few rounds``); a wait falls in the clocked part and the rest alike. Without a window: the wait /
+        the round's calls, capped at the round."""
+        window = self.windows[k] if len(self.windows) == len(self.waits) else None
+        if window is not None and window > 0:
+            return round_s * min(wait_s / window, 1.0)
+        return min(wait_s / self.calls, round_s)
+
+    def _own(self, round_s: float, wait_s: float, k: int) -> float:
+        return max(round_s - self._waited(round_s, wait_s, k), 0.0)
 
     def own_round_totals(self) -> list[float] | None:
         """Each round's per-sample time less its share of the round's run-queue wait (the time this thread was
         runnable but had no CPU: a neighbour's); None unless every round has a reading."""
         if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
             return None
-        return [self._own(t, w) for t, w in zip(self.round_totals, self.waits)]
+        return [self._own(t, w, k) for k, (t, w) in enumerate(zip(self.round_totals, self.waits))]
 
     def stage_waits(self) -> list[list[float]] | None:
         """Each stage's share of each round's run-queue wait, per sample as its durations are (the round's wait / its
@@ -244,8 +262,9 @@ class TimedRounds:
         times 0 and the A/B judged nothing (``too few rounds``)."""
         if len(self.waits) != len(self.round_totals) or any(w is None for w in self.waits):
             return None
-        return [[w / self.calls * (d / total if total > 0 else 0.0)
-                 for w, d, total in zip(self.waits, durations, self.round_totals)] for durations in self.durations]
+        return [[self._waited(total, w, k) * (d / total if total > 0 else 0.0)
+                 for k, (w, d, total) in enumerate(zip(self.waits, durations, self.round_totals))]
+                for durations in self.durations]
 
     def runtime_metrics(self, method: str) -> list[Metric]:
         out = []

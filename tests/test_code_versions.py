@@ -332,3 +332,15 @@ def test_own_round_times_take_each_rounds_wait_for_a_cpu_out():
     assert rounds.own_round_totals() == pytest.approx([0.008, 0.012])  # 4 calls: 2 ms of wait each
     rounds.waits = [0.008, None]
     assert rounds.own_round_totals() is None  # a round without a reading: wall times for all
+
+
+def test_a_wait_longer_than_the_clocked_calls_is_taken_as_its_share_of_the_window():
+    """At load ~13 a round's wait (read around the round) exceeded the time its stage clocks saw (the loop between
+    calls and the bookkeeping are waited in too): own times were 0 and the A/B judged nothing (too few rounds).
+    The wait is now its share of the round's window: 4 calls clocked at 10 ms a sample, a 60 ms window of which
+    50 ms waiting -> 10 ms x (1 - 50/60) a sample, not 0."""
+    rounds = TimedRounds([_Stage([])], [[0, 1]], resolve_device("cpu"), 1)
+    rounds.calls, rounds.round_totals, rounds.waits, rounds.windows = 4, [0.010, 0.010], [0.05, 0.0], [0.06, 0.05]
+    assert rounds.own_round_totals() == pytest.approx([0.010 / 6, 0.010])
+    rounds.windows = []  # no window read (a round timed elsewhere): the wait / the calls, capped at the round
+    assert rounds.own_round_totals() == pytest.approx([0.0, 0.010])

@@ -234,7 +234,7 @@ def test_the_saved_waits_are_per_sample_as_the_rounds_are():
                          policy=RoundPolicy(2))
     rounds.calls = 3
     rounds.run_all()
-    rounds.waits = [0.6, 1.5]
+    rounds.waits, rounds.windows = [0.6, 1.5], [3.0, 3.0]  # 3 calls of 1.0 s: the wait's share of each window
     details = rounds.runtime_metrics("timer")[0].details
     assert details["rounds_s"] == [1.0, 1.0]
     assert details["waited_s"] == pytest.approx([0.2, 0.5])
