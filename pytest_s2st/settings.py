@@ -177,12 +177,12 @@ def sample_rate(value: Any) -> int:
     return out
 
 
-def request_rate(value: Any) -> float | str:
-    """Requests per second > 0, or the string "inf" (JSON has no infinity)."""
-    from .service.arrivals import parse_rate
+def request_rate(value: Any) -> Any:
+    """Requests per second > 0, the string "inf" (JSON has no infinity), or a registered arrival process
+    NAME:K=V,... as its object (service/arrivals.py: ARRIVALS)."""
+    from .service.arrivals import parse_request_rate
 
-    out = parse_rate(value)
-    return "inf" if out == float("inf") else out
+    return parse_request_rate(value)
 
 
 def burstiness(value: Any) -> float | str:
