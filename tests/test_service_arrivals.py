@@ -146,7 +146,8 @@ def test_concurrency_cap_still_applies(tmp_path):
         runner, port = await serve_app(app, shutdown_timeout=0.2)
         try:
             return await run_load(f"http://127.0.0.1:{port}", [{"id": "a", "text": "hi"}], 3, out_dir=tmp_path,
-                                  warmups=0, requests=12, timeout_s=10, arrival=arrivals.Gamma(1000.0), protocol="openai",
+                                  warmups=0, requests=12, timeout_s=10, arrival=arrivals.Gamma(1000.0),
+                                  protocol="openai",
                                   extra_body={"model": "m"})
         finally:
             await runner.cleanup()

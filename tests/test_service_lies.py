@@ -33,7 +33,8 @@ DOCS = Path(__file__).parents[1] / "docs" / "service.md"
 OPENAI = {"protocol": "openai", "extra_body": {"model": "m"}}
 SSE = {"protocol": "openai", "extra_body": {"model": "m", "stream_format": "sse"}}
 ASK_16K = {"protocol": "openai", "extra_body": {"model": "m", "sample_rate": 16000}}
-OPEN_LOOP = {"arrival": arrivals.Gamma(rate=1.0, burstiness=float("inf"))}  # one request a second, evenly: > PRESEND_DELAY_S
+# one request a second, evenly: > PRESEND_DELAY_S
+OPEN_LOOP = {"arrival": arrivals.Gamma(rate=1.0, burstiness=float("inf"))}
 
 
 def load(tmp_path, mode: str, transport: str = "http1", bound: float = 30.0, **kw):

@@ -364,7 +364,8 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
         requests=count, timeout_s=opts.timeout_s, read_timeout_s=opts.read_timeout_s,
         total_timeout_s=opts.total_timeout_s, max_audio_s=opts.max_audio_s, timed_out=timed_out,
         started_wall=started_wall, t0_perf=t0, identity_error=identity_error, protocol=opts.protocol,
-        arrival=opts.arrival.level_entry(), protocol_entry=protocol.level_entry(opts, model, model_source), extra=dict(opts.extra or {}),
+        arrival=opts.arrival.level_entry(), protocol_entry=protocol.level_entry(opts, model, model_source),
+        extra=dict(opts.extra or {}),
     )
     runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity,
                        extra=level.to_dict())
