@@ -191,6 +191,7 @@ class _Part:
 
     def __init__(self, request: pytest.FixtureRequest, part: tuple[int, int], concurrency: int, level: Path,
                  settings: Any, case_id: str, benchmark: Any) -> None:
+        from .service.arrivals import from_settings
         from .service.parts import part_concurrency, part_id
 
         state = session_of(request.config)
@@ -204,10 +205,8 @@ class _Part:
             fail(exc)
         self.wait = float(state.option("level_parts_wait"))
         self.concurrent = state.worker is not None  # under xdist: the parts run at once on N workers
-        self.part_settings = dict(settings)
-        self.rate = float(settings.get("request_rate") or "inf")
-        if self.rate != float("inf"):  # open loop: the level's rate, shared by its parts
-            self.part_settings["request_rate"] = self.rate / self.count
+        self.arrival = from_settings(settings)  # the level's arrival process, its share run by each part
+        self.part_settings = {**settings, "request_rate": self.arrival.split(self.count)}
 
     @property
     def merges(self) -> bool:
@@ -324,7 +323,7 @@ def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict,
     from .service.record import set_rates
     from .service.parts import METHOD, part_id
 
-    set_rates(summary, records, summary["n"], summary["wall_s"], p.rate)  # requests sent, as one process counts them
+    set_rates(summary, records, summary["n"], summary["wall_s"], p.arrival)  # requests sent, as one process counts them
     starts = [f["measured_start_s"] for f in facts]
     merged = {
         "concurrency": p.concurrency,

@@ -180,12 +180,12 @@ def sample_rate(value: Any) -> int:
     return out
 
 
-def request_rate(value: Any) -> float | str:
-    """Requests per second > 0, or the string "inf" (JSON has no infinity)."""
-    from .service.arrivals import parse_rate
+def request_rate(value: Any) -> Any:
+    """Requests per second > 0, the string "inf" (JSON has no infinity), or a registered arrival process
+    NAME:K=V,... as its object (service/arrivals.py: ARRIVALS)."""
+    from .service.arrivals import parse_request_rate
 
-    out = parse_rate(value)
-    return "inf" if out == float("inf") else out
+    return parse_request_rate(value)
 
 
 def burstiness(value: Any) -> float | str:
@@ -326,7 +326,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("protocol", choice("s2st", "openai"), "s2st", "the speech server's protocol: s2st (this project's SSE events) or openai (OpenAI's POST /v1/audio/speech, as vLLM-Omni serves it: raw PCM, SSE speech.audio.delta events or WAV)"),
     Setting("extra_body", extra_body, None, "protocol openai: a JSON object merged into every request body (as vllm bench serve --extra-body), e.g. '{\"model\": \"m\", \"task_type\": \"CustomVoice\"}'", metavar="JSON"),
     Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do not name theirs", metavar="HZ"),
-    Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop); the concurrency cap still applies", metavar="R"),
+    Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop), or NAME:K=V,... of a registered arrival process; the concurrency cap still applies", metavar="R"),
     Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 burstier; inf = evenly spaced)", metavar="B"),
     Setting("evidence_dir", path, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
     Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against (default: no gate)", per_case=False, metavar="DIR"),

@@ -93,8 +93,8 @@ def test_real_server_sees_requests_sent_on_schedule(tmp_path):
             runner, port = await serve_app(app, shutdown_timeout=0.2)
             try:
                 return await run_load(f"http://127.0.0.1:{port}", [{"id": "a", "text": "hi", "seed": 0}], 4,
-                                      out_dir=out, warmups=1, requests=30, timeout_s=10, request_rate=20.0,
-                                      burstiness=1.0)
+                                      out_dir=out, warmups=1, requests=30, timeout_s=10,
+                                      arrival=arrivals.Gamma(rate=20.0, burstiness=1.0))
             finally:
                 await runner.cleanup()
         return asyncio.run(main())
@@ -146,7 +146,8 @@ def test_concurrency_cap_still_applies(tmp_path):
         runner, port = await serve_app(app, shutdown_timeout=0.2)
         try:
             return await run_load(f"http://127.0.0.1:{port}", [{"id": "a", "text": "hi"}], 3, out_dir=tmp_path,
-                                  warmups=0, requests=12, timeout_s=10, request_rate=1000.0, protocol="openai",
+                                  warmups=0, requests=12, timeout_s=10, arrival=arrivals.Gamma(1000.0),
+                                  protocol="openai",
                                   extra_body={"model": "m"})
         finally:
             await runner.cleanup()

@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 
 from hostile import MAX_EVENT, PCM, PRESEND_DELAY_S, RATE, hostile, max_event_pcm, tone
 from pytest_s2st import runs
-from pytest_s2st.service import http1
+from pytest_s2st.service import arrivals, http1
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.readers.raw_pcm import media_type, pcm_format
 
@@ -33,7 +33,8 @@ DOCS = Path(__file__).parents[1] / "docs" / "service.md"
 OPENAI = {"protocol": "openai", "extra_body": {"model": "m"}}
 SSE = {"protocol": "openai", "extra_body": {"model": "m", "stream_format": "sse"}}
 ASK_16K = {"protocol": "openai", "extra_body": {"model": "m", "sample_rate": 16000}}
-OPEN_LOOP = {"request_rate": 1.0, "burstiness": float("inf")}  # one request a second, evenly: > PRESEND_DELAY_S
+# one request a second, evenly: > PRESEND_DELAY_S
+OPEN_LOOP = {"arrival": arrivals.Gamma(rate=1.0, burstiness=float("inf"))}
 
 
 def load(tmp_path, mode: str, transport: str = "http1", bound: float = 30.0, **kw):

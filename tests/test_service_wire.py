@@ -12,6 +12,7 @@ from aiohttp import web
 from pytest_s2st import runs
 from pytest_s2st.errors import S2STError
 from pytest_s2st.service import wire
+from pytest_s2st.service.arrivals import Gamma
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.options import SETTING_NAMES, LoadOptions
 from pytest_s2st.service.readers.sse import SseDialect, read_sse
@@ -165,5 +166,6 @@ def test_options_from_a_cases_settings():
     settings = {"warmup": 2, "request_timeout": 7, "requests": None, "max_audio_s": None, "protocol": "openai",
                 "extra_body": {"model": "m"}, "sample_rate": None, "request_rate": "inf", "burstiness": None}
     o = LoadOptions.from_settings(settings, total_timeout_s=50.0)
-    assert (o.warmups, o.timeout_s, o.protocol, o.extra_body, o.sample_rate, o.request_rate, o.burstiness,
-            o.total_timeout_s, o.max_audio_s) == (2, 7.0, "openai", {"model": "m"}, 24000, float("inf"), 1.0, 50.0, 600.0)
+    assert (o.warmups, o.timeout_s, o.protocol, o.extra_body, o.sample_rate, o.arrival,
+            o.total_timeout_s, o.max_audio_s) == (2, 7.0, "openai", {"model": "m"}, 24000, Gamma(float("inf"), 1.0),
+                                                  50.0, 600.0)

@@ -117,9 +117,11 @@ def stop_service(service: Service) -> None:
 
 def level_bound_s(settings: Mapping[str, Any], n_requests: int, concurrency: int) -> float:
     """The whole level is bounded: every request's timeout, `concurrency` at a time, plus slack."""
+    from .arrivals import from_settings
+
     timeout = float(settings["request_timeout"])
-    rate = float(settings.get("request_rate") or "inf")  # open loop: the schedule spans n / rate seconds
-    return timeout * (settings["warmup"] + n_requests) / concurrency + timeout + 30 + n_requests / rate
+    span = from_settings(settings).span_s(n_requests)  # open loop: the schedule's length (n / rate seconds)
+    return timeout * (settings["warmup"] + n_requests) / concurrency + timeout + 30 + span
 
 
 def policy_extra(policy: Any) -> dict[str, Any]:
@@ -163,22 +165,19 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
         "summary": result.summary,
         "timed_out": result.timed_out,
         "unasked": result.unasked,
-        "methods": _methods(METHODS, settings, options.protocol),
+        "methods": _methods(METHODS, options.arrival, options.protocol),
         "failed": [{"id": r["id"], "error": r.get("error")} for r in result.measured if r.get("status") != "ok"],
         **extra,
     }
     return result, data
 
 
-def _methods(methods: Mapping[str, str], settings: Mapping[str, Any], protocol: str) -> dict[str, str]:
-    """How each number of a level was measured, for its protocol and load shape."""
-    from .arrivals import METHOD as ARRIVALS
+def _methods(methods: Mapping[str, str], arrival: Any, protocol: str) -> dict[str, str]:
+    """How each number of a level was measured, for its protocol and load shape (its arrivals.Arrival)."""
     from .wire import PROTOCOLS
 
     out = dict(methods)
-    rate = float(settings.get("request_rate") or "inf")
-    out["request_rate"] = "closed loop: each worker sends its next request when its last ends" if rate == float(
-        "inf") else f"open loop at {rate:g} req/s: {ARRIVALS}; the concurrency cap still applies"
+    out["request_rate"] = arrival.describe()
     out["achieved_rate"] = "measured requests sent (bytes handed to the socket) / wall seconds of the measured phase (client clock)"
     if PROTOCOLS[protocol].ttfa_method:
         out["ttfa_s"] = PROTOCOLS[protocol].ttfa_method

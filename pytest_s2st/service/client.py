@@ -39,14 +39,13 @@ error naming what was expected and what came; so is one whose X-Request-Id names
 run (a server that sent one answer more than asked: docs/service.md, "Lies a server can tell").
 
 Load: closed loop (``concurrency`` workers, each sending its next request when its last one ends), or,
-with a finite ``request_rate``, open loop for the measured phase (arrivals.py: seeded gamma arrivals as
-``vllm bench serve``), the concurrency cap still applying.
+with an open arrival process (``LoadOptions.arrival``, arrivals.py: by default seeded gamma arrivals as
+``vllm bench serve``), open loop for the measured phase, the concurrency cap still applying.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +55,7 @@ from yarl import URL
 
 from .. import runs
 from ..errors import S2STError
-from . import arrivals, http1, wire
+from . import http1, wire
 from . import openai_api as oa
 from .evidence import AudioSink, Writer
 from .options import MAX_AUDIO_S, LoadOptions
@@ -251,10 +250,10 @@ class _Run:
 
     async def phase(self, workload: list[dict], count: int, warmup: bool, deadline: float | None) -> bool:
         """Run ``count`` requests with ``concurrency`` in flight; True when the deadline cut it short.
-        Closed loop (warm-ups, and request_rate inf): each worker sends its next request when its last
-        one ends. Open loop (measured phase, finite request_rate): request i is due at the schedule's
-        offset (arrivals.schedule) and is sent then, or as soon as one of the ``concurrency`` workers'
-        connections is free (the cap still applies); its ``due_t`` is saved in its record."""
+        Closed loop (warm-ups, and a closed arrival process: rate inf): each worker sends its next request when
+        its last one ends. Open loop (measured phase, an open arrival process): request i is due at the
+        schedule's offset (``opts.arrival.schedule``) and is sent then, or as soon as one of the ``concurrency``
+        workers' connections is free (the cap still applies); its ``due_t`` is saved in its record."""
         if count <= 0:
             return False
         pending_idx = iter(range(count))
@@ -282,11 +281,11 @@ class _Run:
         tasks: list[asyncio.Task] = []
         cut_short = True  # unless every worker finishes in time
         opts = self.opts
-        if (timeout is None or timeout > 0) and not warmup and math.isfinite(opts.request_rate):
+        if (timeout is None or timeout > 0) and not warmup and not opts.arrival.closed:
             for slot in self.slots[: min(self.concurrency, count)]:
                 free.put_nowait(slot)
             start = self.now()
-            offsets = arrivals.schedule(count, opts.request_rate, opts.burstiness, opts.arrival_seed)
+            offsets = opts.arrival.schedule(count)
             tasks = [asyncio.create_task(arrival(i, start + offset)) for i, offset in enumerate(offsets)]
         elif timeout is None or timeout > 0:  # a spent bound sends nothing
             for slot in self.slots[: min(self.concurrency, count)]:
@@ -371,16 +370,13 @@ async def run_load(endpoint: str, workload: list[dict], concurrency: int, option
 
     records = [record.to_dict() for record in run.records]
     summary = summarize(records, wall, opts.targets)
-    set_rates(summary, records, count, wall, opts.request_rate)
+    set_rates(summary, records, count, wall, opts.arrival)
     level = LevelEntry(
         concurrency=concurrency, summary=summary, wall_s=wall, warmup_wall_s=warmup_wall, warmups=opts.warmups,
         requests=count, timeout_s=opts.timeout_s, read_timeout_s=opts.read_timeout_s,
         total_timeout_s=opts.total_timeout_s, max_audio_s=opts.max_audio_s, timed_out=timed_out,
         started_wall=started_wall, t0_perf=t0, identity_error=identity_error, unasked=run.unasked,
-        protocol=opts.protocol,
-        request_rate=summary["request_rate"],
-        burstiness="inf" if math.isinf(opts.burstiness) else opts.burstiness, arrival_seed=opts.arrival_seed,
-        arrivals_method=None if math.isinf(opts.request_rate) else arrivals.METHOD,
+        protocol=opts.protocol, arrival=opts.arrival.level_entry(),
         protocol_entry=protocol.level_entry(opts, model, model_source), extra=dict(opts.extra or {}),
     )
     runs.write_summary(out_dir, summary, concurrency=concurrency, endpoint=endpoint, identity=identity,

@@ -30,8 +30,8 @@ class LoadOptions:
     {ttfa_s, rtf} for the summary. ``extra`` is merged into the level's entry of summary.json.
     ``protocol`` (wire.PROTOCOLS): "s2st" (this project's SSE dialect) or "openai" (OpenAI's speech API:
     ``extra_body`` merged into every request; raw PCM answers at ``sample_rate`` unless their
-    Content-Type names a rate). ``request_rate`` (req/s; inf = closed loop) and ``burstiness`` (gamma
-    shape) make the measured phase open-loop (arrivals.schedule, seeded by ``arrival_seed``).
+    Content-Type names a rate). ``arrival`` (an arrivals.Arrival: its process and parameters, one object; the
+    default, arrivals.Gamma at rate inf, is the closed loop) shapes the measured phase's arrivals.
     ``transport`` (wire.TRANSPORTS): "http1" (http1.py, one keep-alive socket per worker) or "aiohttp"
     (aiohttp's client, a pool of ``concurrency``): the same load over either, for their comparison."""
     warmups: int = 1
@@ -45,9 +45,7 @@ class LoadOptions:
     protocol: str = "s2st"
     extra_body: dict | None = None
     sample_rate: int = oa.DEFAULT_SAMPLE_RATE
-    request_rate: float = math.inf
-    burstiness: float = 1.0
-    arrival_seed: int = arrivals.DEFAULT_SEED
+    arrival: arrivals.Arrival = arrivals.Gamma()
     transport: str = "http1"
 
     @classmethod
@@ -67,12 +65,11 @@ class LoadOptions:
             max_audio_s=float(settings.get("max_audio_s") or MAX_AUDIO_S),
             protocol=settings.get("protocol") or cls.protocol, extra_body=settings.get("extra_body"),
             sample_rate=int(settings.get("sample_rate") or oa.DEFAULT_SAMPLE_RATE),
-            request_rate=float(settings.get("request_rate") or "inf"),
-            burstiness=float(settings.get("burstiness") or 1.0), **fields)
+            arrival=arrivals.from_settings(settings), **fields)
 
     def checked(self, concurrency: int, level_keys: tuple[str, ...]) -> "LoadOptions":
-        """These options, checked (S2STError naming the option and value) and normalised: the rates as
-        floats ("inf", the settings' spelling, too), read_timeout_s filled, extra_body a checked dict.
+        """These options, checked (S2STError naming the option and value) and normalised: the arrival's
+        parameters (its rates floats, "inf" too), read_timeout_s filled, extra_body a checked dict.
         ``level_keys``: the level entry's keys the load generator writes, which ``extra`` may not hold."""
         from . import wire
 
@@ -80,8 +77,9 @@ class LoadOptions:
         protocol = wire.protocol(self.protocol)
         try:
             oa.check_rate(self.sample_rate, "run_load")
-            arrivals.parse_rate(self.request_rate)
-            arrivals.parse_burstiness(self.burstiness)
+            if not isinstance(self.arrival, arrivals.Arrival):
+                raise ValueError(f"arrival must be an arrivals.Arrival, got {type(self.arrival).__name__}")
+            arrival = self.arrival.checked()
         except ValueError as exc:
             raise S2STError(f"run_load: {exc}") from None
         requests = self.requests
@@ -93,7 +91,7 @@ class LoadOptions:
         if isinstance(max_audio_s, bool) or not isinstance(max_audio_s, (int, float)) or not (
                 math.isfinite(max_audio_s) and max_audio_s > 0):
             raise S2STError(f"max_audio_s={max_audio_s!r}: must be a positive number of seconds")
-        clash = sorted(set(self.extra or {}) & set(level_keys))
+        clash = sorted(set(self.extra or {}) & (set(level_keys) | set(arrival.level_entry())))
         if clash:
             raise S2STError(f"run_load extra: {', '.join(clash)} are written by the load generator itself")
         extra_body = self.extra_body
@@ -104,6 +102,5 @@ class LoadOptions:
                 raise S2STError(f"run_load extra_body: {exc}") from None
         protocol.check()  # e.g. a bad API key refused before anything is sent
         return dataclasses.replace(
-            self, extra_body=dict(extra_body or {}), request_rate=float(self.request_rate),
-            burstiness=float(self.burstiness),
+            self, extra_body=dict(extra_body or {}), arrival=arrival,
             read_timeout_s=self.timeout_s if self.read_timeout_s is None else self.read_timeout_s)

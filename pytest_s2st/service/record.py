@@ -10,7 +10,6 @@ evidence writer its ``pcm_sha256`` and ``wav``. Times are seconds since the run'
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -88,38 +87,42 @@ class LevelEntry:
     identity_error: str | None
     unasked: list  # one line per kept-alive connection on which answers came that nobody asked for
     protocol: str
-    request_rate: Any  # "inf" (closed loop) or requests per second
-    burstiness: Any  # "inf" or the gamma shape
-    arrival_seed: int | None
-    arrivals_method: str | None
+    # the arrival process's keys (Arrival.level_entry): request_rate ("inf": closed loop), burstiness,
+    # arrival_seed, arrivals_method (arrivals.ARRIVAL_KEYS), then any of the process's own
+    arrival: dict = field(default_factory=dict)
     protocol_entry: dict = field(default_factory=dict)  # the protocol's own keys (Protocol.level_entry)
     extra: dict = field(default_factory=dict)  # the caller's (LoadOptions.extra): may not overwrite the above
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("protocol_entry", "extra")}
-        return {**out, **self.protocol_entry, **self.extra}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _SPREAD}
+        return {**out, **self.arrival, **self.protocol_entry, **self.extra}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LevelEntry:
-        """An entry from its JSON object: the protocol's keys (PROTOCOL_KEYS) apart, any other into ``extra``."""
-        own = {f.name for f in dataclasses.fields(cls)} - {"protocol_entry", "extra"}
+        """An entry from its JSON object: the arrival's (ARRIVAL_KEYS) and the protocol's keys (PROTOCOL_KEYS)
+        apart, any other into ``extra``."""
+        own = {f.name for f in dataclasses.fields(cls)} - set(_SPREAD)
         return cls(**{k: v for k, v in data.items() if k in own},
+                   arrival={k: v for k, v in data.items() if k in arrivals.ARRIVAL_KEYS},
                    protocol_entry={k: v for k, v in data.items() if k in PROTOCOL_KEYS},
-                   extra={k: v for k, v in data.items() if k not in own and k not in PROTOCOL_KEYS})
+                   extra={k: v for k, v in data.items()
+                          if k not in own and k not in PROTOCOL_KEYS and k not in arrivals.ARRIVAL_KEYS})
+
+
+_SPREAD = ("arrival", "protocol_entry", "extra")  # LevelEntry's dicts, spread into its JSON object
 
 
 PROTOCOL_KEYS = ("extra_body", "sample_rate", "model", "model_source")  # what a protocol may add (wire.OpenAI)
 # the level entry's keys the client owns: a caller's ``extra`` may not overwrite what was measured
-LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(LevelEntry) if f.name not in ("protocol_entry", "extra")) \
-    + PROTOCOL_KEYS
+LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(LevelEntry) if f.name not in _SPREAD) \
+    + arrivals.ARRIVAL_KEYS + PROTOCOL_KEYS
 
 
-def set_rates(summary: dict, records: list[dict], count: int, wall: float | None, request_rate: float) -> None:
-    """The asked rate ("inf": closed loop) beside the achieved one: measured requests SENT (their bytes
-    reached the socket; one the run's bound left unsent, or whose connection failed, is no load the
+def set_rates(summary: dict, records: list[dict], count: int, wall: float | None, arrival: arrivals.Arrival) -> None:
+    """The asked rate (the arrival's: "inf" is the closed loop) beside the achieved one: measured requests SENT
+    (their bytes reached the socket; one the run's bound left unsent, or whose connection failed, is no load the
     server saw) per wall second of the measured phase."""
-    summary["request_rate"] = "inf" if math.isinf(request_rate) else float(request_rate)
+    summary["request_rate"] = arrival.asked_rate()
     sent = sum(1 for r in records if not r.get("warmup") and r.get("send_t") is not None)
     summary["achieved_rate"], why = arrivals.achieved_rate(sent, wall)
     if count and not sent:
