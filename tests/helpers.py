@@ -198,3 +198,19 @@ def git_repo(root: Path, files: dict[str, str]) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "base")
     return root
+
+
+# an inline test module's two callables, 2 ms and 1 ms a call (the A/B tests' slower candidate, faster baseline)
+SLOW_FAST = '''
+import time
+
+
+def slow(x):
+    time.sleep(0.002)
+    return x
+
+
+def fast(x):
+    time.sleep(0.001)
+    return x
+'''

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from helpers import BUSY_BENCH, BUSY_MODEL
+from helpers import BUSY_BENCH, BUSY_MODEL, SLOW_FAST
 from helpers import git_repo as _repo
 from pytest_s2st import ab
 from pytest_s2st.ab import code_versions
@@ -148,19 +148,7 @@ def test_its_rows_get_a_table_that_names_it():
     assert ab.ABRecord.from_dict(record.to_dict()) == record
 
 
-CHOOSING = '''
-import time
-
-
-def slow(x):
-    time.sleep(0.002)
-    return x
-
-
-def fast(x):
-    time.sleep(0.001)
-    return x
-
+CHOOSING = SLOW_FAST + '''
 
 def test_chosen(s2st_benchmark):
     s2st_benchmark(slow, [1, 2], baseline=fast, ab_estimator="hodges-lehmann")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from helpers import SLOW_FAST
 from pytest_s2st.ab import MODES, ABMode, ABRecord, markdown_ab, mode_of, register, terminal_tables
 from pytest_s2st.ab.record import IN_PROCESS, record_of
 from pytest_s2st.measure.record import Metric
@@ -144,19 +145,7 @@ class Chosen(ABMode):
 register(Chosen())
 '''
 
-CHOOSING_TEST = '''
-import time
-
-
-def slow(x):
-    time.sleep(0.002)
-    return x
-
-
-def fast(x):
-    time.sleep(0.001)
-    return x
-
+CHOOSING_TEST = SLOW_FAST + '''
 
 def test_chosen(s2st_benchmark):
     s2st_benchmark(slow, [1, 2], baseline=fast, ab_mode="chosen (test)")
