@@ -71,7 +71,8 @@ class VersionsController:
         self.start = Path(config.invocation_params.dir)
         self.worktree = Worktree(self.start, ref)
         self.driver: Any = None
-        self.compared: dict[str, Any] = {}  # each benchmark's Compared: the head's rounds become its pytest-benchmark row
+        # each benchmark's Compared: the head's rounds become its pytest-benchmark row
+        self.compared: dict[str, Any] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from .ab.stopping import StoppingRule
