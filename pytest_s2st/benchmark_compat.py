@@ -168,7 +168,8 @@ def pedantic_until(benchmark: Any, target: Callable[..., Any], setup: Callable[[
     of the runner's clock around the whole call. The runner's clock also holds the target's own bookkeeping
     (its loop, list appends, two timer reads: ~1 us a round here), and a preemption or interrupt that lands there
     went into pytest-benchmark's round and not into ours: one 4 ms scheduler tick in 5 rounds of 50 us moved
-    pytest-benchmark's mean 44 % from ours (docs/records/measurement.md). With ``timed`` both tables hold the same numbers."""
+    pytest-benchmark's mean 44 % from ours (docs/records/measurement.md). With ``timed`` both tables hold the same
+    numbers."""
     for attr in ("_make_stats", "_make_runner", "_mode", "disabled", "has_error"):
         if not hasattr(benchmark, attr):
             raise _changed(f"BenchmarkFixture.{attr}")

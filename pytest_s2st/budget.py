@@ -22,7 +22,8 @@ def parse_budget(kwargs: Mapping[str, Any], where: str) -> tuple[dict[str, float
             stage = str(value)
             continue
         if key not in BUDGETS:
-            raise S2STError(f"{where}: s2st_budget: unknown metric {show(repr(key))}{closest(key, list(BUDGETS) + ['stage'])}; "
+            raise S2STError(f"{where}: s2st_budget: unknown metric {show(repr(key))}"
+                            f"{closest(key, list(BUDGETS) + ['stage'])}; "
                             f"known: {', '.join(BUDGETS)}, stage")
         number = finite(value)
         if number is None or number < 0:

@@ -38,7 +38,8 @@ class Case:
     def serves_speech(self) -> bool:
         """Whether the reference server can serve this case (text request in, speech out): the model
         type's answer (pipelines.base.MODEL_TYPES), else general.serves_speech, else yes."""
-        return serves_speech(self.model_type, self.config.general.get("serves_speech"))  # a bool: load_config checked it
+        # a bool: load_config checked it
+        return serves_speech(self.model_type, self.config.general.get("serves_speech"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable: the loaded config and the resolved settings (how the case reaches a server process)."""
@@ -202,7 +203,8 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
             raise S2STError(f"{source}: dataset {dataset} does not exist")
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
-    from .quality.translation import case_tokenize  # auto -> the target language's tokenizer, now: a refusal is a usage error
+    # auto -> the target language's tokenizer, now: a refusal is a usage error
+    from .quality.translation import case_tokenize
 
     settings["bleu_tokenize"] = case_tokenize(settings["bleu_tokenize"], config.general, config.stages, config.where,
                                               sources["bleu_tokenize"])

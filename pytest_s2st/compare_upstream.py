@@ -212,7 +212,8 @@ def parse_upstream_runtime(output: str) -> dict[str, float]:
 UPSTREAM_MEASURING = re.compile(r"^Evaluating on dataset - ")
 
 
-def run_upstream_one(config: Path, *, threads: int, python: str = sys.executable) -> tuple[ProcessRun, dict[str, float], int | None]:
+def run_upstream_one(config: Path, *, threads: int,
+                     python: str = sys.executable) -> tuple[ProcessRun, dict[str, float], int | None]:
     # upstream resolves the config's relative paths against the current directory
     run = run_process([python, "-m", UPSTREAM_MODULE, "", "--config", config.name], cwd=config.parent,
                       env=thread_env(threads), marks={"measuring": UPSTREAM_MEASURING})

@@ -267,7 +267,8 @@ def _check_plugin_keys(general: Mapping[str, Any], path: Path, lines: Mapping[st
 
     references = general.get("references")
     if references is not None and (not isinstance(references, str) or not references.strip()):
-        got = "an empty string" if isinstance(references, str) else f"{_type_name(references)} {show(repr(references), 80)}"
+        got = ("an empty string" if isinstance(references, str)
+               else f"{_type_name(references)} {show(repr(references), 80)}")
         raise S2STError(f"{_where(path, lines, 'general.references')}: must be the path of a text file, one "
                         f"reference translation per line in dataset order; got {got}")
     language = general.get("target_lang")
@@ -276,7 +277,8 @@ def _check_plugin_keys(general: Mapping[str, Any], path: Path, lines: Mapping[st
                         f"{_type_name(language)} {show(repr(language), 80)}")
 
 
-MISSPELT = 0.85  # difflib ratio: 'dataset_sise' -> 'dataset_size' (0.92); fairseq's own 'device_id' -> 'device' (0.8) is kept
+# difflib ratio: 'dataset_sise' -> 'dataset_size' (0.92); fairseq's own 'device_id' -> 'device' (0.8) is kept
+MISSPELT = 0.85
 
 
 def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:

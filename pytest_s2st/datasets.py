@@ -6,8 +6,8 @@ one without an id (upstream's generate_random_dataset writes none) gets its inde
 Upstream files hold torch tensors: ``dataset_make.save_npy_dataset(..., torch_tensors=True)`` writes them so.
 Reading an npy dataset never executes pickled code: object arrays go through a restricted
 unpickler (safe_unpickle.py) whose allow-list only rebuilds containers, numbers, strings,
-numpy arrays and CPU torch tensors; this module bounds what it is given (header, size, opcodes). What the loaders read from outside is bounded by ``LIMITS``;
-a crossed bound, like any bad input, is one S2STError line.
+numpy arrays and CPU torch tensors; this module bounds what it is given (header, size, opcodes).
+What the loaders read from outside is bounded by ``LIMITS``; a crossed bound, like any bad input, is one S2STError line.
 """
 from __future__ import annotations
 
@@ -192,7 +192,8 @@ def _read_npy(path: Path) -> np.ndarray:
         if count > LIMITS.samples:
             raise _over(path, "objects in the npy header's shape", count, "samples")
         if not dtype.hasobject:  # plain numbers: not samples, and no need to read them
-            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}; {NPY_SCHEMA}")
+            raise S2STError(f"{path}: expected a list of samples, got a {_show(dtype, 200)} array of shape {shape}; "
+                            f"{NPY_SCHEMA}")
         _scan_pickle(f, end, path)
         array = _unpickle(f, path)
     if not isinstance(array, np.ndarray) or array.shape != shape:

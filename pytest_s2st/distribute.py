@@ -257,13 +257,15 @@ def _unfoldable(bench: Mapping[str, Any], first: Mapping[str, Any], first_path: 
     if names(s2st) != names(ours):
         return f"stages {names(ours)} where {first_path} has {names(s2st)}"
     parts = [("extra_info.s2st.metrics", ours.get("metrics") or {})] + [
-        (f"extra_info.s2st.stages[{i}].metrics", st.get("metrics") or {}) for i, st in enumerate(ours.get("stages") or [])]
+        (f"extra_info.s2st.stages[{i}].metrics", st.get("metrics") or {})
+        for i, st in enumerate(ours.get("stages") or [])]
     for where, metrics in parts:
         entry = metrics.get("runtime_s")
         value = entry.get("value") if isinstance(entry, Mapping) else None
         if finite(value) is None or value < 0:
             what = "missing" if not isinstance(entry, Mapping) else \
-                f"{_show_value(value)}" + (f" ({_show_reason(entry['reason'])})" if isinstance(entry.get("reason"), str) else "")
+                f"{_show_value(value)}" + (f" ({_show_reason(entry['reason'])})"
+                                           if isinstance(entry.get("reason"), str) else "")
             return f"{where}.runtime_s.value is {what}, not a runtime in seconds: this run cannot fold with the others"
     return None
 
@@ -343,7 +345,8 @@ def merge_saved_runs(paths: Sequence[str | Path], repeats: bool = False) -> dict
             names = [b["fullname"] for b in run["benchmarks"]]
             first_names = [b["fullname"] for b in first["benchmarks"]]
             if sorted(names) != sorted(first_names) or len(set(names)) != len(names):
-                other = sorted(set(names) ^ set(first_names))[:3] or sorted({n for n in names if names.count(n) > 1})[:3]
+                other = (sorted(set(names) ^ set(first_names))[:3]
+                         or sorted({n for n in names if names.count(n) > 1})[:3])
                 raise S2STError(f"{path}: --repeats needs the same benchmarks once in every run; {first_path} "
                                 f"differs from it in {', '.join(map(repr, other))}")
         for bench in ([] if repeats else run["benchmarks"]):

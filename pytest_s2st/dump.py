@@ -28,8 +28,10 @@ def resample(wav: np.ndarray, sr: int, target_sr: int) -> np.ndarray:
     return resample_poly(wav, target_sr // g, sr // g).astype(np.float32)
 
 
-def dump_waveforms(outputs: Sequence[Any], dump_dir: str | Path, prefix: str, target_sr: int | None = None) -> list[Path]:
-    """Each {"waveform", "sample_rate"} output -> dump_dir/{prefix}_{i}_pred.wav at target_sr (default: its own rate)."""
+def dump_waveforms(outputs: Sequence[Any], dump_dir: str | Path, prefix: str,
+                   target_sr: int | None = None) -> list[Path]:
+    """Each {"waveform", "sample_rate"} output -> dump_dir/{prefix}_{i}_pred.wav at target_sr (default: its own
+    rate)."""
     import soundfile as sf
 
     dump_dir = Path(dump_dir)

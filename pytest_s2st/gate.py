@@ -17,7 +17,8 @@ from .quality.scored import needs_scores  # noqa: F401 -- the one definition; ca
 PLUGIN_KEYS = ("baseline", "anchors", "asr_model_dir")
 
 
-def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, Any] | None, where: str) -> Policy | None:
+def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, Any] | None,
+                where: str) -> Policy | None:
     if not quality and not marker_kwargs:
         return None
     if quality is not None and not isinstance(quality, Mapping):
@@ -67,7 +68,8 @@ def check_plugin_keys(quality: Mapping[str, Any], where: Any) -> None:
                             f"got {got}")
         if not is_path(value):
             what = "a folder of <voice>.wav or a mapping voice -> WAV path" if key == "anchors" else \
-                "the path of a baseline config" if key == "baseline" else "the path of a local Whisper-style model folder"
+                "the path of a baseline config" if key == "baseline" else \
+                "the path of a local Whisper-style model folder"
             got = "an empty string" if value == "" else f"{type(value).__name__} {show(repr(value), 80)}"
             raise S2STError(f"{where(key)}: {key} must be {what}; got {got}")
 
@@ -83,7 +85,8 @@ def gate_help() -> str:
     """The s2st_gate marker's help: what it does, then each scored metric's keys (quality/scored.py)."""
     from .quality.scored import SCORED_METRICS
 
-    scored = "; ".join(f"{'/'.join(m.thresholds)}: {m.name} ({m.units}, {'per utterance' if m.per == 'utterance' else 'of the case'})"
+    scored = "; ".join(f"{'/'.join(m.thresholds)}: {m.name} "
+                       f"({m.units}, {'per utterance' if m.per == 'utterance' else 'of the case'})"
                        for m in SCORED_METRICS)
     return ("quality gate: the frozen policy, over the config's `quality:` section, of a service benchmark (s2st_load; "
             "the candidate judged against the baseline) or of an s2st_benchmark case (its translations' scores): "

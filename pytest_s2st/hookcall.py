@@ -7,12 +7,15 @@ function's file:line, keeps printing what was measured, and fails the session (o
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .inputs import show
 
+if TYPE_CHECKING:
+    from .protocols import HookConfig
 
-def call_hook(config: Any, name: str, /, **kwargs: Any) -> str | None:
+
+def call_hook(config: HookConfig, name: str, /, **kwargs: Any) -> str | None:
     """``config.hook.<name>(**kwargs)``: None, or the one line saying which implementation raised what.
     Only Exception: pytest.fail, pytest.exit and KeyboardInterrupt keep their own meaning."""
     hook = getattr(config.hook, name)
@@ -23,7 +26,7 @@ def call_hook(config: Any, name: str, /, **kwargs: Any) -> str | None:
     return None
 
 
-def _where(config: Any, hook: Any, exc: BaseException) -> str:
+def _where(config: HookConfig, hook: Any, exc: BaseException) -> str:
     """'conftest.py:12 (pytest_s2st_table)': the implementation's line in the traceback (relative to the rootdir
     when under it); the innermost frame when no implementation's code is in it (a decorated one)."""
     impls = {getattr(impl.function, "__code__", None): impl.function for impl in hook.get_hookimpls()}

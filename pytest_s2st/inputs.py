@@ -123,7 +123,8 @@ def read_text(path: str | os.PathLike, what: str = "file", limit: int = DEFAULT_
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise S2STError(f"{show(os.fspath(path))}: cannot read {what}: not {encoding} text (byte {exc.start})") from None
+        raise S2STError(f"{show(os.fspath(path))}: cannot read {what}: not {encoding} text "
+                        f"(byte {exc.start})") from None
 
 
 def _no_constant(name: str) -> Any:

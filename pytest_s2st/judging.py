@@ -40,7 +40,7 @@ def unmatched(rows: Sequence[Row], compared: Mapping[str, SavedRow]) -> list[str
     return [row.fullname for row in rows if not row.name.startswith(" ") and saved_counterpart(row, compared) is None]
 
 
-# ---------------------------------------------------------------- the runtime: a change between runs, significant or not
+# ------------------------------------------------------------- the runtime: a change between runs, significant or not
 
 def _run_means(row: SavedRow) -> list[float] | None:
     """The per-run runtimes of a row (each run's runtime statistic, runtime_stats.py): several after ``s2st-merge

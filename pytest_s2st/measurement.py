@@ -76,7 +76,8 @@ class Measurement:
         stages = [StageResult.from_dict(s) for s in data.get("stages") or []]
         staged = {k for s in stages for k in s.metrics}
         out = cls(str(data.get("case")), str(data.get("model_type")), stages,
-                  info={k: v for k, v in data.items() if k not in ("case", "model_type", "metrics", "stages", "baseline")})
+                  info={k: v for k, v in data.items()
+                        if k not in ("case", "model_type", "metrics", "stages", "baseline")})
         out.quality = {k: Metric.from_dict(v) for k, v in (data.get("metrics") or {}).items() if k not in staged}
         if isinstance(data.get("baseline"), Mapping):
             out.baseline = cls.from_dict(data["baseline"])

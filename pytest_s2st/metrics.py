@@ -98,7 +98,8 @@ class MetricDef:
 
     def __post_init__(self) -> None:
         if self.better not in (LOWER, HIGHER, NEITHER):
-            raise ValueError(f"metric {self.name}: better={self.better!r}; say which is better: lower, higher or neither")
+            raise ValueError(f"metric {self.name}: better={self.better!r}; say which is better: lower, higher or "
+                             "neither")
         if self.better == NEITHER and (self.comparable or self.budgetable):
             raise ValueError(f"metric {self.name}: a limit needs a direction (better=lower or higher)")
 
@@ -117,11 +118,12 @@ METRICS: tuple[MetricDef, ...] = (
     # RSS changes below RSS_NOISE_MIB are the kernel's batched counters and the allocator's slack, not the model
     MetricDef("rss_rise_mib", "RSS rise", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler) minus "
               "the process's RSS at the case's start", aggregate="max", comparable=True, noise=RSS_NOISE_MIB,
-              better=LOWER, help="peak RSS during the forward minus the process's RSS at the case's start (before its model was "
-                   "built): what the case added to the process"),
+              better=LOWER, help="peak RSS during the forward minus the process's RSS at the case's start (before "
+                   "its model was built): what the case added to the process"),
     MetricDef("peak_rss_mib", "peak RSS", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
               aggregate="max", comparable=True, column=False, noise=RSS_NOISE_MIB,
-              better=LOWER, help="absolute process peak RSS during the forward (the whole process: every case before it too)"),
+              better=LOWER, help="absolute process peak RSS during the forward (the whole process: every case before "
+                   "it too)"),
     MetricDef("peak_delta_mib", "peak delta", "MiB", fmt_mib, INFERENCE, "memory pass (vmhwm or memory_profiler)",
               aggregate="max", comparable=True, show_method=True, noise=RSS_NOISE_MIB,
               better=LOWER, help="peak RSS during the forward minus RSS just before it"),
@@ -132,7 +134,8 @@ METRICS: tuple[MetricDef, ...] = (
               "dispatch pass (storages created by torch ops during the call, alive at once; measure/tensor_memory.py)",
               aggregate="max", comparable=True,
               better=LOWER, exact=True,
-              help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still count)"),
+              help="peak of live tensor bytes the forward allocated (deterministic; pages already resident still "
+                   "count)"),
     MetricDef("flops", "FLOPs", "FLOPs", fmt_count, INFERENCE, "FLOPs pass (torch dispatch count or PAPI)",
               aggregate="sum", comparable=True, show_method=True, better=LOWER, exact=True,
               help="floating-point operations per sample"),
@@ -140,7 +143,8 @@ METRICS: tuple[MetricDef, ...] = (
               "instruction pass (valgrind callgrind around the forward, in a child process; measure/instructions.py)",
               aggregate="sum", comparable=True, show_method=True, better=LOWER,  # not exact: two valgrind
               # children of the same torch call counted 324,759 and 323,379 (0.4 %): judged as a measured value
-              help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared runners)"),
+              help="CPU instructions of the forward on the first sample (deterministic: the CI gate on shared "
+                   "runners)"),
     # translation quality of the case's outputs (quality/translation.py), not per stage: no cascade aggregate
     MetricDef("bleu", "BLEU", "", fmt_score, INFERENCE, "sacrebleu corpus BLEU of the last text stage against the "
               "reference translations", budgetable=False, comparable=True,

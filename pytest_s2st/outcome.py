@@ -100,7 +100,8 @@ def ab_gate(facts: ItemFacts) -> list[Verdict]:
     record = record_of(s2st)
     against = mode_of(record).against if record is not None else "the baseline"
     crossed, unchecked = ab_limits(s2st, facts.compare_fail, against)
-    return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + ([Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
+    return [Verdict(FAIL, crossed) if crossed else Verdict(PASS)] + (
+        [Verdict(INCONCLUSIVE, unchecked)] if unchecked else [])
 
 
 def unmeasured_gate(facts: ItemFacts) -> list[Verdict]:

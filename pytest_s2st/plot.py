@@ -198,7 +198,8 @@ def plot_service(results: Iterable[tuple[Any, dict]], out_dir: str | Path) -> li
         matplotlib.use("Agg")  # files only, no display
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise S2STError(f"--s2st-plot needs matplotlib (install the plot extra: pip install -e '.[plot]' in the pytest-s2st clone): {exc}") from None
+        raise S2STError("--s2st-plot needs matplotlib (install the plot extra: pip install -e '.[plot]' in the "
+                        f"pytest-s2st clone): {exc}") from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []

@@ -8,13 +8,16 @@ row to the pytest_s2st_row_measured hook and saves it into pytest-benchmark's ex
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .errors import S2STError
 from .session import fail, session_of
 from .settings import SETTINGS
+
+if TYPE_CHECKING:
+    from .protocols import CodeVersionsWorker, SessionOptions
 
 START_RSS_KEY = pytest.StashKey[float]()  # item -> the process's RSS (MiB) when its setup began (plugin.py)
 
@@ -50,7 +53,7 @@ HISTORY_PRECISION = 0.02  # --s2st-history with no round option: rounds until th
 HISTORY_MAX_TIME = 10.0   # ... within 10 s of timed rounds a test (unless --s2st-max-time says otherwise)
 
 
-def history_rounds(settings: dict, state: Any) -> dict:
+def history_rounds(settings: dict, state: SessionOptions) -> dict:
     """A run kept in the history is worth keeping: 5 rounds measured README's model to +-47-69 %, and the biggest
     jump of a 4-commit history sat at a no-op commit. With --s2st-history and neither a precision target nor a round
     count given, rounds are added until HISTORY_PRECISION (the session's history section names the tests that
@@ -191,7 +194,7 @@ class S2STBenchmark:
         return measurement
 
     def _measure(self, pipeline: Any, dataset: Any, run_settings: Any, measurement: Any, baseline: Any,
-                 versions: Any) -> None:
+                 versions: CodeVersionsWorker | None) -> None:
         from . import progress
         from .benchmark_compat import fixture_timer, pedantic_until, timer_name
         from .runner import measure_pipeline

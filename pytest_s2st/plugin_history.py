@@ -3,14 +3,17 @@ each new value against its series' window (history/changes.py). The controller d
 worker, never a code-version A/B worker (their rows come back to the controller)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .errors import S2STError
 
+if TYPE_CHECKING:
+    from .protocols import SessionOptions
 
-def configure(config: pytest.Config, state: Any) -> None:
+
+def configure(config: pytest.Config, state: SessionOptions) -> None:
     try:
         url = state.option("history")
         limits = state.option("history_fail")

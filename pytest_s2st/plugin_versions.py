@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from .errors import S2STError
 from .session import fail
+
+if TYPE_CHECKING:
+    from .measurement import Measurement
+    from .protocols import Node, SessionState
+    from .rounds import TimedRounds
 
 AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rounds says otherwise
 
@@ -24,7 +29,7 @@ AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rou
 ROUNDS_ONLY = {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
 
 
-def configure(config: pytest.Config, state: Any) -> None:
+def configure(config: pytest.Config, state: SessionState) -> None:
     """Registers the controller (--s2st-ab-base) or the worker (started by a controller); refuses what cannot
     go with it before any test runs."""
     from .versions.channel import worker_spec
@@ -57,16 +62,17 @@ def _pythonpath(root: Path) -> list[Path]:
 
 
 class VersionsController:
-    controller = True
+    controller: Literal[True] = True  # protocols.CodeVersions tells the two apart by it
 
-    def __init__(self, config: pytest.Config, state: Any, ref: str):
+    def __init__(self, config: pytest.Config, state: SessionState, ref: str):
         from .versions.worktree import Worktree
 
         self.config, self.state, self.ref = config, state, ref
         self.start = Path(config.invocation_params.dir)
         self.worktree = Worktree(self.start, ref)
         self.driver: Any = None
-        self.compared: dict[str, Any] = {}  # each benchmark's Compared: the head's rounds become its pytest-benchmark row
+        # each benchmark's Compared: the head's rounds become its pytest-benchmark row
+        self.compared: dict[str, Any] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         from .ab.stopping import StoppingRule
@@ -100,7 +106,7 @@ class VersionsController:
         except S2STError as exc:
             fail(exc)
 
-    def compare(self, item: pytest.Item, ab_estimator: str | None = None) -> Any:
+    def compare(self, item: Node, ab_estimator: str | None = None) -> Measurement:
         """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change by the
         test's estimator (``ab_estimator``, else the session's)."""
         from .ab.code_versions import ab_record
@@ -121,7 +127,7 @@ class VersionsController:
                                            self.state.option("ab_round_s"), estimator).to_dict()
         return measurement
 
-    def head_rounds(self, item: pytest.Item) -> list[float]:
+    def head_rounds(self, item: Node) -> list[float]:
         """The head's timed rounds of every worker pair (wall seconds per sample): its pytest-benchmark row."""
         compared = self.compared.get(item.nodeid)
         return [r for _, head in (compared.sets if compared is not None else ()) for r in head]
@@ -139,7 +145,7 @@ class VersionsController:
 
 
 class VersionsWorker:
-    controller = False
+    controller: Literal[False] = False
 
     def __init__(self, config: pytest.Config, spec: dict):
         from .versions.worker import Worker
@@ -159,7 +165,7 @@ class VersionsWorker:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
 
-    def serve(self, item: pytest.Item, rounds: Any, model: Any = None) -> None:
+    def serve(self, item: Node, rounds: TimedRounds, model: Any = None) -> None:
         from .versions.worker import Skipped
 
         origins = {"benchmark module": _file_of(getattr(item, "module", None)),
@@ -169,7 +175,7 @@ class VersionsWorker:
         except Skipped:
             pytest.skip("the controller does not compare this benchmark")
 
-    def measured(self, item: pytest.Item, measurement: dict) -> None:
+    def measured(self, item: Node, measurement: dict) -> None:
         self.worker.measured(item.nodeid, measurement)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

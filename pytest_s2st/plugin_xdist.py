@@ -75,7 +75,8 @@ class XdistGlue:
         self.worker = hasattr(config, "workerinput")
         self._collected: list[tuple[pytest.Item, str]] = []
         # --s2st-processes: every worker runs every test (--dist each); their payloads fold into one side at the end
-        self.repeats = not self.worker and config.getvalue("dist") == "each" and bool(session_of(config).option("processes"))
+        self.repeats = not self.worker and config.getvalue("dist") == "each" and bool(
+            session_of(config).option("processes"))
         self._payloads: list[dict[str, Any]] = []
         self._turn: str | None = None
         if not self.worker:  # the workers xdist starts (-n N); a crashed worker's replacement is not another

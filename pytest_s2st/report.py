@@ -60,7 +60,8 @@ WIDTH = 120  # every table a user sees fits a 120-column terminal (fit(): wider 
 def table(header: Sequence[str], body: list[list[str]], left: int = 1) -> list[str]:
     """Columns two spaces apart: the first ``left`` (names, labels) left-aligned, the values right-aligned."""
     widths = _widths(header, body)
-    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    line = lambda cells: "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
     return [line(header), "-" * len(line(header))] + [line(r) for r in body]
 
 
@@ -189,7 +190,8 @@ def row_methods(row: Row) -> str:
 
 
 def precision_cell(row: SavedRow) -> str:
-    """'±4.5% n=5', '±22% n=5', 'n=2 too few', or '' when the row kept no timed rounds (a cascade's stage, an old run)."""
+    """'±4.5% n=5', '±22% n=5', 'n=2 too few', or '' when the row kept no timed rounds (a cascade's stage, an old
+    run)."""
     details = row.details("runtime_s")
     if not details.get("rounds_s"):
         return ""

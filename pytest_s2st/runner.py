@@ -190,7 +190,8 @@ class StageMeasurer:
             if result.metrics["tensor_peak_mib"].value is not None:
                 result.metrics["tensor_peak_mib"].details["note"] = TENSOR_NOTE
         else:
-            result.metrics["tensor_peak_mib"] = Metric.missing("off", "tensor memory disabled (--s2st-tensor-memory=off)")
+            result.metrics["tensor_peak_mib"] = Metric.missing("off",
+                                                               "tensor memory disabled (--s2st-tensor-memory=off)")
         values = [m.value for m in flop_counts]
         if any(v is None for v in values):
             first = next(m for m in flop_counts if m.value is None)
@@ -198,7 +199,9 @@ class StageMeasurer:
         else:
             # deterministic models give one count per sample; the mean is what upstream reports
             result.metrics["flops"] = Metric(sum(values) / len(values), flop_counts[0].method,
-                                             details={"per_sample": values, **{k: v for k, v in flop_counts[0].details.items() if k != "by_op"}})
+                                             details={"per_sample": values,
+                                                      **{k: v for k, v in flop_counts[0].details.items()
+                                                         if k != "by_op"}})
             mark_uncounted(result.metrics["flops"], [m.details for m in flop_counts])
             if self.settings.flops == "torch-strict":
                 result.metrics["flops"] = strict_flops(result.metrics["flops"])
@@ -390,7 +393,8 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
     # the runtime goes first in every stage's metrics, as in the table; a name the table lacks is refused, not dropped
     for m in (measurement, measurement.baseline):
         for result in (m.stages if m is not None else ()):
-            result.metrics = {**{k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics}, **result.metrics}
+            result.metrics = {**{k: result.metrics[k] for k in INFERENCE_NAMES if k in result.metrics},
+                              **result.metrics}
         if m is not None:
             m.to_dict()  # raises S2STError naming a metric the table lacks, before the test reports anything
     return measurement

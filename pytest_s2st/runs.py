@@ -489,7 +489,8 @@ def _player(times: list[float], sizes: list[int], bytes_per_s: int, threshold_s:
     }
 
 
-__all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "SPEECH_PATH", "normalize_endpoint", "level_name", "request_id", "level_dir", "wav_path",
-           "append_record", "wav_header", "wav_bytes", "Timeline", "record_json", "write_bytes_atomic", "write_wav_atomic", "write_summary",
+__all__ = ["REQUESTS", "WAV_DIR", "SUMMARY", "SPEECH_PATH", "normalize_endpoint", "level_name", "request_id",
+           "level_dir", "wav_path", "append_record", "wav_header", "wav_bytes", "Timeline", "record_json",
+           "write_bytes_atomic", "write_wav_atomic", "write_summary",
            "read_records", "read_summary", "Run", "load_run", "request_metrics",
            "playback_metrics", "CONTINUITY_THRESHOLD_S"]

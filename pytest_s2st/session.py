@@ -12,13 +12,16 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .errors import S2STError
 from .results import Record, SessionVerdicts
 from .settings import SETTINGS
+
+if TYPE_CHECKING:
+    from .protocols import CodeVersions
 
 MEASUREMENT_KEY = pytest.StashKey["Any"]()  # item -> Measurement of s2st_benchmark
 SERVICE_KEY = pytest.StashKey["Any"]()      # item -> level data of s2st_load
@@ -51,7 +54,8 @@ class S2STSession:
         self.benchmark_rows_left_out = 0  # service levels left out of pytest-benchmark's table (plugin.py)
         self.case_start_rss: dict[str, float] = {}  # case id -> this process's RSS (MiB) before its model was built
         self.inconclusive: list[tuple[str, list[str]]] = []
-        self.code_versions: Any = None  # --s2st-ab-base: its controller, or this worker's part (plugin_versions)
+        # --s2st-ab-base: its controller, or this worker's part (plugin_versions)
+        self.code_versions: CodeVersions | None = None
         self.regressions: list[str] = []  # --s2st-compare-fail limits crossed ("regressed")
         self.unchecked: list[str] = []  # limits that could not be checked: they fail too, but are no regression
         self.not_written: list[str] = []  # --s2st-summary files that could not be written

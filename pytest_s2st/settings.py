@@ -289,56 +289,132 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, 3StageS2ST, callable, ...); default: the config's", metavar="TYPE"),
-    Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest (default: the config's)", metavar="PATH"),
-    Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio files) or text (jsonl of {id, text, language, voice, seed})"),
-    Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the config's, else all)", metavar="N"),
-    Setting("repeat", bounded_int(MAX_ROUNDS), 1, f"timed runs per sample (runtime is their {RUNTIME_STATISTIC})", metavar="N"),
+    Setting("model_type", text, None, "override the config's model_type (S2T, MT, TTS, S2S, S2UT, 2StageS2ST, "
+            "3StageS2ST, callable, ...); default: the config's", metavar="TYPE"),
+    Setting("dataset_path", path, None, "dataset file: npy in the fairseq benchmark format, or a raw tsv manifest "
+            "(default: the config's)", metavar="PATH"),
+    Setting("dataset_type", choice("npy", "raw", "text"), "npy", "dataset format: npy, raw (tsv manifest of audio "
+            "files) or text (jsonl of {id, text, language, voice, seed})"),
+    Setting("dataset_size", non_negative_int, None, "use only the first N samples (0: all, as upstream; default: the "
+            "config's, else all)", metavar="N"),
+    Setting("repeat", bounded_int(MAX_ROUNDS), 1, f"timed runs per sample (runtime is their {RUNTIME_STATISTIC})",
+            metavar="N"),
     Setting("warmup", non_negative_int, 2, "untimed warm-up runs of each stage on the first sample", metavar="N"),
-    Setting("device", device_name, "cpu", f"device to run on: {DEVICE_CHOICES}; :N pins one, under xdist worker gwK takes K mod the count"),
+    Setting("device", device_name, "cpu", f"device to run on: {DEVICE_CHOICES}; :N pins one, under xdist worker gwK "
+            "takes K mod the count"),
     Setting("threads", positive_int, 1, "torch intra-op threads while measuring", metavar="N"),
-    Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via /proc/self/clear_refs), memory_profiler, off"),
-    Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi (hardware counters), off"),
-    Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch (live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
-    Setting("min_rounds", bounded_int(MAX_ROUNDS), None, "timed rounds at least: the dataset is cycled until N rounds ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x repeat)", metavar="N"),
-    Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
-    Setting("target_precision", bounded_float(1.0, below=True), None, f"add timed rounds until the 95% CI half-width of the {RUNTIME_STATISTIC} round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time (default: off, a fixed number of rounds)", metavar="FRACTION"),
-    Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend", metavar="S"),
-    Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu only"),
-    Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the model under valgrind): off or callgrind"),
-    Setting("bleu_tokenize", bleu_tokenize, "auto", "sacrebleu tokenizer of BLEU and ASR-BLEU: auto (by the target language, as sacrebleu picks for its test sets: zh -> zh, ja -> ja-mecab, ko -> ko-mecab, else 13a; refused when its modules are not installed) or any sacrebleu tokenizer (13a, intl, char, zh, ja-mecab, ko-mecab, flores200, ...); it is in the score's signature", metavar="NAME"),
-    Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: not written)", metavar="DIR"),
-    Setting("ab_round_s", bounded_float(MAX_ROUND_S), 0.1, "an A/B (baseline=, --s2st-ab-base) runs this many seconds of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy machine then takes its share of a round rather than adding the same delay to both sides", metavar="S"),
-    Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)", per_case=False, metavar="REF"),
-    Setting("ab_pairs", bounded_int(MAX_PROCESSES // 2), 2, "--s2st-ab-base: pairs of worker processes (one per side each), their rounds interleaved: each process's own memory layout averages out over the pairs", per_case=False, metavar="N"),
-    Setting("ab_estimator", text, "median", "what judges an A/B's paired round ratios (baseline=, --s2st-ab-base) into its ratio, 95% interval and word: a name of pytest_s2st.ab.ESTIMATORS (median: the median of the ABBA pair ratios and its order-statistic interval; a conftest or plugin may register more); a test's s2st_benchmark(..., baseline=, ab_estimator=NAME) chooses its own", per_case=False, metavar="NAME"),
-    Setting("summary", path, None, "write the A/B tables (baseline=, --s2st-ab-base) as GitHub-flavoured markdown to FILE, for a pull-request comment (FILE.json: the rows as JSON, each with every round); under GitHub Actions they are also appended to $GITHUB_STEP_SUMMARY (default: not written)", per_case=False, metavar="FILE"),
-    Setting("compare_fail", compare_limits, None, "fail when a metric regresses past a limit: an in-process A/B (s2st_benchmark(..., baseline=)) fails its test, a row compared with --benchmark-compare fails the session; e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)", per_case=False, metavar="LIMITS"),
+    Setting("memory", choice("vmhwm", "memory_profiler", "off"), "vmhwm", "peak-memory method: vmhwm (reset via "
+            "/proc/self/clear_refs), memory_profiler, off"),
+    Setting("flops", choice("torch", "torch-strict", "papi", "off"), "torch", "FLOP counter: torch (dispatch-level; a "
+            "count that left matmul-class ops uncounted is shown partial), torch-strict (such a count is n/a), papi "
+            "(hardware counters), off"),
+    Setting("tensor_memory", choice("dispatch", "off"), "dispatch", "tensor-memory metric (tensor_peak_mib): dispatch "
+            "(live torch storages, counted in the same dispatch pass as --s2st-flops=torch) or off"),
+    Setting("min_rounds", bounded_int(MAX_ROUNDS), None, "timed rounds at least: the dataset is cycled until N rounds "
+            "ran (default: 5 or samples x repeat, whichever is more; under --s2st-runtime-protocol upstream: samples x "
+            "repeat)", metavar="N"),
+    Setting("runtime_protocol", choice("warm", "upstream"), "warm", "how runtime is timed: warm (every stage called on "
+            "each distinct input shape before the timed rounds) or upstream (fairseq get_metrics.py exactly: warm-up "
+            "on sample 0 only, each new input shape of the last stage timed cold; for parity runs)"),
+    Setting("target_precision", bounded_float(1.0, below=True), None, "add timed rounds until the 95% CI half-width "
+            f"of the {RUNTIME_STATISTIC} round time is at most this fraction of it (e.g. 0.02), within --s2st-max-time "
+            "(default: off, a fixed number of rounds)", metavar="FRACTION"),
+    Setting("max_time", bounded_float(MAX_SECONDS), 60.0, "seconds of timed rounds --s2st-target-precision may spend",
+            metavar="S"),
+    Setting("isolate", boolean, False, "measure each case's peak memory in a fresh process (its imports and model "
+            "only, as upstream's one process per config), so it does not depend on the cases that ran before it; cpu "
+            "only"),
+    Setting("instructions", choice("off", "callgrind"), "off", "count the CPU instructions of each stage's forward on "
+            "the first sample under valgrind's callgrind (deterministic, for CI gates; slow: a child process runs the "
+            "model under valgrind): off or callgrind"),
+    Setting("bleu_tokenize", bleu_tokenize, "auto", "sacrebleu tokenizer of BLEU and ASR-BLEU: auto (by the target "
+            "language, as sacrebleu picks for its test sets: zh -> zh, ja -> ja-mecab, ko -> ko-mecab, else 13a; "
+            "refused when its modules are not installed) or any sacrebleu tokenizer (13a, intl, char, zh, ja-mecab, "
+            "ko-mecab, flores200, ...); it is in the score's signature", metavar="NAME"),
+    Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: "
+            "not written)", metavar="DIR"),
+    Setting("ab_round_s", bounded_float(MAX_ROUND_S), 0.1, "an A/B (baseline=, --s2st-ab-base) runs this many seconds "
+            "of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy "
+            "machine then takes its share of a round rather than adding the same delay to both sides", metavar="S"),
+    Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: "
+            "origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, "
+            "each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)",
+            per_case=False, metavar="REF"),
+    Setting("ab_pairs", bounded_int(MAX_PROCESSES // 2), 2, "--s2st-ab-base: pairs of worker processes (one per side "
+            "each), their rounds interleaved: each process's own memory layout averages out over the pairs",
+            per_case=False, metavar="N"),
+    Setting("ab_estimator", text, "median", "what judges an A/B's paired round ratios (baseline=, --s2st-ab-base) into "
+            "its ratio, 95% interval and word: a name of pytest_s2st.ab.ESTIMATORS (median: the median of the ABBA "
+            "pair ratios and its order-statistic interval; a conftest or plugin may register more); a test's "
+            "s2st_benchmark(..., baseline=, ab_estimator=NAME) chooses its own", per_case=False, metavar="NAME"),
+    Setting("summary", path, None, "write the A/B tables (baseline=, --s2st-ab-base) as GitHub-flavoured markdown to "
+            "FILE, for a pull-request comment (FILE.json: the rows as JSON, each with every round); under GitHub "
+            "Actions they are also appended to $GITHUB_STEP_SUMMARY (default: not written)",
+            per_case=False, metavar="FILE"),
+    Setting("compare_fail", compare_limits, None, "fail when a metric regresses past a limit: an in-process A/B "
+            "(s2st_benchmark(..., baseline=)) fails its test, a row compared with --benchmark-compare fails the "
+            "session; e.g. peak_delta_mib:10%,flops:1%,runtime_s:5% (default: no limit)",
+            per_case=False, metavar="LIMITS"),
     Setting("strict", boolean, False, "treat INCONCLUSIVE (missing evidence) as failure", per_case=False),
-    Setting("processes", bounded_int(MAX_PROCESSES), None, "time every benchmark in N fresh processes (xdist workers, --dist each, one benchmark timed at a time) and save or compare them as one side of N runs, as s2st-merge --repeats folds them: N >= 3 gives a between-run verdict (default: one process)", per_case=False, metavar="N"),
+    Setting("processes", bounded_int(MAX_PROCESSES), None, "time every benchmark in N fresh processes (xdist workers, "
+            "--dist each, one benchmark timed at a time) and save or compare them as one side of N runs, as s2st-merge "
+            "--repeats folds them: N >= 3 gives a between-run verdict (default: one process)",
+            per_case=False, metavar="N"),
     # service benchmarks (s2st_service / s2st_load)
-    Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)", metavar="LIST"),
-    Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the reference server (default: the reference server)", per_case=False, metavar="URL"),
-    Setting("workload", path, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped 12 sentences", metavar="PATH"),
-    Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the workload)", metavar="N"),
-    Setting("max_audio_s", bounded_float(MAX_AUDIO_S), 600.0, "seconds of audio one service response may carry; past it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error", metavar="S"),
-    Setting("request_timeout", bounded_float(MAX_SECONDS), 60.0, "seconds one service request may take (a stall past it is recorded as an error)", metavar="S"),
-    Setting("protocol", choice("s2st", "openai"), "s2st", "the speech server's protocol: s2st (this project's SSE events) or openai (OpenAI's POST /v1/audio/speech, as vLLM-Omni serves it: raw PCM, SSE speech.audio.delta events or WAV)"),
-    Setting("extra_body", extra_body, None, "protocol openai: a JSON object merged into every request body (as vllm bench serve --extra-body), e.g. '{\"model\": \"m\", \"task_type\": \"CustomVoice\"}'", metavar="JSON"),
-    Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do not name theirs", metavar="HZ"),
-    Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson arrivals (inf = closed loop), or NAME:K=V,... of a registered arrival process; the concurrency cap still applies", metavar="R"),
-    Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 burstier; inf = evenly spaced)", metavar="B"),
-    Setting("evidence_dir", path, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
-    Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates against (default: no gate)", per_case=False, metavar="DIR"),
-    Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate lists of "
+    Setting("concurrency", int_list, (1,), "concurrency levels of service benchmarks, e.g. 1,4,8 (ids [<case>-c1] ...)",
+            metavar="LIST"),
+    Setting("endpoint", endpoint, None, "benchmark this external server (http://host:port) instead of starting the "
+            "reference server (default: the reference server)", per_case=False, metavar="URL"),
+    Setting("workload", path, None, "service workload jsonl ({id, text, language, voice, seed}); default: the shipped "
+            "12 sentences", metavar="PATH"),
+    Setting("requests", positive_int, None, "measured requests per concurrency level (default: one pass over the "
+            "workload)", metavar="N"),
+    Setting("max_audio_s", bounded_float(MAX_AUDIO_S), 600.0, "seconds of audio one service response may carry; past "
+            "it (and the byte, line, chunk and event bounds derived from it) the request is recorded as an error",
+            metavar="S"),
+    Setting("request_timeout", bounded_float(MAX_SECONDS), 60.0, "seconds one service request may take (a stall past "
+            "it is recorded as an error)", metavar="S"),
+    Setting("protocol", choice("s2st", "openai"), "s2st", "the speech server's protocol: s2st (this project's SSE "
+            "events) or openai (OpenAI's POST /v1/audio/speech, as vLLM-Omni serves it: raw PCM, SSE "
+            "speech.audio.delta events or WAV)"),
+    Setting("extra_body", extra_body, None, "protocol openai: a JSON object merged into every request body (as vllm "
+            "bench serve --extra-body), e.g. '{\"model\": \"m\", \"task_type\": \"CustomVoice\"}'", metavar="JSON"),
+    Setting("sample_rate", sample_rate, 24000, "protocol openai: the sample rate (Hz) of raw int16 PCM answers that do "
+            "not name theirs", metavar="HZ"),
+    Setting("request_rate", request_rate, "inf", "open-loop load: measured requests per second with gamma/Poisson "
+            "arrivals (inf = closed loop), or NAME:K=V,... of a registered arrival process; the concurrency cap still "
+            "applies", metavar="R"),
+    Setting("burstiness", burstiness, 1.0, "open-loop load: the gamma shape of inter-arrival times (1 = Poisson; <1 "
+            "burstier; inf = evenly spaced)", metavar="B"),
+    Setting("evidence_dir", path, ".s2st-runs", "where service runs keep requests.jsonl and every WAV: "
+            "DIR/<session>/<case>/c<N>", per_case=False, metavar="DIR"),
+    Setting("baseline", path, None, "quality gate: an earlier evidence root (DIR/<case>/c<N>) to judge candidates "
+            "against (default: no gate)", per_case=False, metavar="DIR"),
+    Setting("quality", path, None, "quality gate: bring your own scores (JSON: scorer_id, baseline and candidate "
+            "lists of "
             f"{{id, pcm_sha256, {', '.join(score_fields())}}}; default: none)", per_case=False, metavar="FILE"),
-    Setting("plot", path, None, "write a PNG per case into DIR (relative: under the rootdir): time to first audio, real-time factor, error rate, throughput, playback underrun and inter-chunk gap against concurrency, one line per test, a served baseline overlaid dashed (default: no plot)", per_case=False, metavar="DIR"),
-    Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist workers, started together; one level summary from their merged records (1 = one client process)", per_case=False, metavar="N"),
-    Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts to arrive (and the first part for all to finish) before the level is INCONCLUSIVE", per_case=False, metavar="S"),
-    Setting("history", history_url, None, "append this session's rows (every metric with its interval, per stage and service level, the A/B and gate verdicts) to a results database: a path (e.g. .benchmarks/s2st-history.sqlite), sqlite:///PATH or postgresql://USER@HOST/DB; see it with s2st-history site (default: not kept)", per_case=False, metavar="URL"),
-    Setting("history_fail", history_limits, None, "fail the session when a metric's new value is past a statistical threshold over its history (same branch and machine, --s2st-history-window runs): METRIC[:TEST[:BOUNDARY]],... with TEST t (default), z or percent; BOUNDARY a quantile for t/z (default 0.999) or a fraction for percent (e.g. runtime_s:percent:0.05); only the metric's bad direction fires", per_case=False, metavar="LIMITS"),
-    Setting("history_window", bounded_int(10_000), 30, "--s2st-history-fail: runs of history a new value is judged against", per_case=False, metavar="N"),
-    Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with s2st-merge; default: all cases)", per_case=False, metavar="I/N"),
+    Setting("plot", path, None, "write a PNG per case into DIR (relative: under the rootdir): time to first audio, "
+            "real-time factor, error rate, throughput, playback underrun and inter-chunk gap against concurrency, one "
+            "line per test, a served baseline overlaid dashed (default: no plot)", per_case=False, metavar="DIR"),
+    Setting("level_parts", positive_int, 1, "drive each service concurrency level as N parts of c/N on N xdist "
+            "workers, started together; one level summary from their merged records (1 = one client process)",
+            per_case=False, metavar="N"),
+    Setting("level_parts_wait", bounded_float(MAX_SECONDS), 600.0, "seconds a level part waits for its sibling parts "
+            "to arrive (and the first part for all to finish) before the level is INCONCLUSIVE",
+            per_case=False, metavar="S"),
+    Setting("history", history_url, None, "append this session's rows (every metric with its interval, per stage and "
+            "service level, the A/B and gate verdicts) to a results database: a path (e.g. "
+            ".benchmarks/s2st-history.sqlite), sqlite:///PATH or postgresql://USER@HOST/DB; see it with s2st-history "
+            "site (default: not kept)", per_case=False, metavar="URL"),
+    Setting("history_fail", history_limits, None, "fail the session when a metric's new value is past a statistical "
+            "threshold over its history (same branch and machine, --s2st-history-window runs): "
+            "METRIC[:TEST[:BOUNDARY]],... with TEST t (default), z or percent; BOUNDARY a quantile for t/z (default "
+            "0.999) or a fraction for percent (e.g. runtime_s:percent:0.05); only the metric's bad direction fires",
+            per_case=False, metavar="LIMITS"),
+    Setting("history_window", bounded_int(10_000), 30, "--s2st-history-fail: runs of history a new value is judged "
+            "against", per_case=False, metavar="N"),
+    Setting("shard", shard_spec, None, "run only slice I of N of the cases (CI shards; join their saved JSONs with "
+            "s2st-merge; default: all cases)", per_case=False, metavar="I/N"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -48,7 +48,8 @@ MIN_RUNS = 3            # per side, for a verdict between runs
 CANNOT_TELL = "cannot tell from one run per side"
 NOT_FINITE = "rounds not finite (missing evidence)"  # a NaN/inf/non-number round: nothing is claimed
 # one run per side, own times (run-queue wait out): identical short runs were seen up to x1.88 apart on the idle VM
-# (docs/records/measurement.md, one run per side: x2 work read as little as x1.12); x3 in mean and median is beyond that drift
+# (docs/records/measurement.md, one run per side: x2 work read as little as x1.12); x3 in mean and median is beyond
+# that drift
 GROSS = 3.0
 GROSS_RAW = 5.0         # the same without run-queue readings: raw means of identical short runs were seen x3.83 apart
 MIN_PAIRS = 6           # A/B: the fewest pairs whose median has a 95 % order-statistic interval

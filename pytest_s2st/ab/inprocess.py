@@ -10,7 +10,8 @@ from .estimators import DEFAULT, Estimator
 from .mode import ABMode, PairContext
 from .record import IN_PROCESS, ABRecord
 
-AB_MIN_PAIRS = 30  # ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
+# ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
+AB_MIN_PAIRS = 30
 
 
 class InProcess(ABMode):
@@ -105,8 +106,8 @@ class PairedRounds:
     def change(self):
         """The paired change on each round's own time (its wall time less the time the thread waited for a CPU in
         it), else on wall times. At load 7 (six busy loops beside), on the same rounds: wall times read +10 % slower
-        13/20 and A/A once faster, own times 20/20 and never (docs/records/measurement.md). (With one-call rounds taking the
-        wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
+        13/20 and A/A once faster, own times 20/20 and never (docs/records/measurement.md). (With one-call rounds
+        taking the wait out was measured worse: the bookkeeping around a round weighed as much as the round.)"""
         base, cand = ((self.baseline.own_round_totals(), self.candidate.own_round_totals()) if self.own()
                       else (self.baseline.round_totals, self.candidate.round_totals))
         n = min(len(cand), len(base))

@@ -52,7 +52,8 @@ def render_ab(records: Sequence[tuple[str, Mapping[str, Any]]], width: int = WID
     for name, s2st, change in rows:
         old, new = sides(s2st)
         ratio = ratio_text(change)
-        before, after = fmt_metric("runtime_s", value(old, "runtime_s")), fmt_metric("runtime_s", value(new, "runtime_s"))
+        before, after = (fmt_metric("runtime_s", value(old, "runtime_s")),
+                         fmt_metric("runtime_s", value(new, "runtime_s")))
         values = [(fmt_metric(key, value(old, key)), fmt_metric(key, value(new, key)),
                    pct_change(value(old, key), value(new, key), key)) for key, _ in others]
         body.append([name, before, after, ratio, change.word] + [f"{b} ({c})" for _, b, c in values])
@@ -76,7 +77,9 @@ def markdown_ab(rows: Sequence[tuple[str, Mapping[str, Any], str]]) -> list[str]
         change = ab_change(s2st)
         old, new = sides(s2st)
         verdict = f"**{status}**" if status == "FAIL" else status
-        cells = [name, fmt_metric("runtime_s", value(old, "runtime_s")), fmt_metric("runtime_s", value(new, "runtime_s")),
-                 ratio_text(change), change.word, verdict] + [pct_change(value(old, k), value(new, k), k) for k, _ in others]
+        cells = [name, fmt_metric("runtime_s", value(old, "runtime_s")),
+                 fmt_metric("runtime_s", value(new, "runtime_s")),
+                 ratio_text(change), change.word, verdict] + [pct_change(value(old, k), value(new, k), k)
+                                                              for k, _ in others]
         out.append("| " + " | ".join(cell(c) for c in cells) + " |")
     return out

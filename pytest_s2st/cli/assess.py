@@ -28,7 +28,8 @@ def build_parser() -> OneLineParser:
                         "freeze it in the policy before measuring")
     p.add_argument("--baseline", type=path_arg, help="baseline run dir (requests.jsonl, wav/, summary.json)")
     p.add_argument("--candidate", type=path_arg, help="candidate run dir")
-    p.add_argument("--policy", type=path_arg, help="frozen policy, JSON or YAML (default: the one saved with the baseline run)")
+    p.add_argument("--policy", type=path_arg,
+                   help="frozen policy, JSON or YAML (default: the one saved with the baseline run)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--quality", type=path_arg, help="independent scores JSON (scorer_id, baseline[], candidate[])")
     src.add_argument("--score", action="store_true", help="score both runs here with the offline scorers")

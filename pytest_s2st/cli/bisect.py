@@ -94,7 +94,8 @@ def run_step(root: Path, sha: str, good: str, limits: str, pytest_args: list[str
                 return Step(sha, SKIP, f"pytest ran past {RUN_TIMEOUT_S:g} s")
         if not summary.is_file():  # pytest stopped before any A/B: its exit code and its own last words say why
             return Step(sha, SKIP, f"no A/B ran: pytest exit {done.returncode} "
-                                   f"({EXIT_WORDS.get(done.returncode, 'unknown')}): {_last_words(log_dir / f'{sha[:12]}.log')}")
+                                   f"({EXIT_WORDS.get(done.returncode, 'unknown')}): "
+                                   f"{_last_words(log_dir / f'{sha[:12]}.log')}")
         verdict, detail = judge_summary(summary)
         return Step(sha, verdict, detail)
     finally:

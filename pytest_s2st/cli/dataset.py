@@ -77,7 +77,8 @@ def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str
         try:
             from fairseq import options, tasks
         except ImportError:
-            raise S2STError("--data needs fairseq (install the fairseq extra: pip install -e '.[fairseq]' in the pytest-s2st clone)") from None
+            raise S2STError("--data needs fairseq (install the fairseq extra: pip install -e '.[fairseq]' in the "
+                            "pytest-s2st clone)") from None
         if task not in tasks.TASK_REGISTRY:
             raise S2STError(f"--task {task!r}: not a fairseq task (e.g. speech_to_text, translation, "
                             f"text_to_speech, speech_to_speech)")
@@ -234,7 +235,8 @@ def _cmd_random(a: argparse.Namespace) -> None:
         raise S2STError(f"--max-len {a.max_len} is below --min-len {a.min_len}")
     if a.n * a.max_len * a.feat_dim * 4 > MAX_RANDOM_BYTES:
         raise S2STError(f"--n {a.n} x --max-len {a.max_len} x --feat-dim {a.feat_dim} float32: up to "
-                        f"{a.n * a.max_len * a.feat_dim * 4:,} bytes, over the {MAX_RANDOM_BYTES:,} this command writes")
+                        f"{a.n * a.max_len * a.feat_dim * 4:,} bytes, over the {MAX_RANDOM_BYTES:,} this command "
+                        "writes")
     if a.out.exists() and a.out.is_dir():
         raise S2STError(f"{a.out}: --out is a directory, expected a .npy file path")
     if not a.out.parent.is_dir():
@@ -259,8 +261,9 @@ def _token(value: str) -> str:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog=PROG, description="Benchmark npy datasets as upstream fairseq benchmarking/data_utils.py "
-                                            "makes them: random/short/long subsets, random data, stats.")
+    parser = OneLineParser(prog=PROG, description="Benchmark npy datasets as upstream fairseq "
+                                                  "benchmarking/data_utils.py makes them: random/short/long subsets, "
+                                                  "random data, stats.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="{subsets,random,stats}")
 
     p = sub.add_parser("subsets", help="write random_/short_/long_ subsets of a fairseq subset or an npy dataset")
@@ -272,7 +275,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-yaml", default=None, help="config yaml relative to --data (default config.yaml)")
     p.add_argument("--n", type=int_in(1), default=500, help="samples per subset (default 500)")
     p.add_argument("--seed", type=int, default=1, help="seed of the random subset (default 1)")
-    p.add_argument("--dataset-save-token", type=_token, default="", help="TOKEN in the file names: random_dataset_TOKEN_w_ids.npy")
+    p.add_argument("--dataset-save-token", type=_token, default="",
+                   help="TOKEN in the file names: random_dataset_TOKEN_w_ids.npy")
     p.add_argument("--ref-dataset", type=path_arg, help="npy dataset: keep only the samples whose id is in it")
     p.add_argument("--out", type=path_arg, required=True, help="directory the three subsets are written to")
     p.set_defaults(run=_cmd_subsets)

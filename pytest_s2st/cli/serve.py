@@ -6,8 +6,9 @@
 
 Serves this project's SSE protocol and OpenAI's speech API on POST /v1/audio/speech (GET /v1/models,
 GET /v1/models/{id} and GET /v1/audio/voices beside it; see service/server.py); --served-model-name names
-the model as vLLM's flag does, so a client that sends a hub id (vLLM-Omni's bench_tts.py) is served. Binds loopback only. The identity file (code version, case id, resolved settings, asset hashes,
-device, threads, bound port) is written once the server listens; GET /health answers 200 from then on.
+the model as vLLM's flag does, so a client that sends a hub id (vLLM-Omni's bench_tts.py) is served. Binds
+loopback only. The identity file (code version, case id, resolved settings, asset hashes, device, threads, bound
+port) is written once the server listens; GET /health answers 200 from then on.
 """
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--case", type=path_arg, help="a resolved case as JSON (Case.to_dict), e.g. written by pytest")
     src.add_argument("--s2st-config", type=path_arg, help="benchmark YAML whose pipeline ends in speech")
     src.add_argument("--demo-tone", action="store_true", help="no model: a deterministic sine per request")
-    p.add_argument("--port", type=int_in(0, 65535), required=True, help="TCP port (0: any free port, see the identity file)")
+    p.add_argument("--port", type=int_in(0, 65535), required=True,
+                   help="TCP port (0: any free port, see the identity file)")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
     p.add_argument("--identity-output", type=path_arg,
                    help="write the server identity JSON here (its directory must exist)")
@@ -121,11 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the model id(s) GET /v1/models lists and an OpenAI request's \"model\" may name, as "
                         "vLLM's flag (default: the case id, or demo-tone); another name is answered 404")
     p.add_argument("--device", type=_device, help=f"{' | '.join(CHOICES)} (default: the case's device setting)")
-    p.add_argument("--threads", type=int_in(1, MAX_THREADS), help="torch intra-op threads (default: the case's threads setting)")
-    p.add_argument("--demo-delay-s", type=float_in(0.0, MAX_DELAY_S), default=0.0, help="--demo-tone: seconds of simulated model time")
+    p.add_argument("--threads", type=int_in(1, MAX_THREADS),
+                   help="torch intra-op threads (default: the case's threads setting)")
+    p.add_argument("--demo-delay-s", type=float_in(0.0, MAX_DELAY_S), default=0.0,
+                   help="--demo-tone: seconds of simulated model time")
     p.add_argument("--stream", action="store_true",
                    help="decode in chunks and send each as soon as it is decoded (also: serve.stream: true)")
-    p.add_argument("--stream-chunk-frames", type=int_in(1, MAX_FRAMES), help="codec frames per streamed chunk (default: serve.chunk_frames, 12)")
+    p.add_argument("--stream-chunk-frames", type=int_in(1, MAX_FRAMES),
+                   help="codec frames per streamed chunk (default: serve.chunk_frames, 12)")
     p.add_argument("--stream-left-context", type=int_in(0, MAX_FRAMES),
                    help="frames of left context decoded before each chunk (default: serve.left_context_frames, 25)")
     return p

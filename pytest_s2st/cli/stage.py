@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=path_arg, help="output directory (created; existing files are overwritten)")
     parser.add_argument("--seed", type=int_in(0, MAX_SEED), default=None,
                         help=f"seed, 0 to {MAX_SEED} as numpy takes it (default: the embedded default's)")
-    parser.add_argument("--no-qwen", action="store_true", help="skip the Qwen3-TTS model even when qwen-tts is installed")
+    parser.add_argument("--no-qwen", action="store_true",
+                        help="skip the Qwen3-TTS model even when qwen-tts is installed")
     parser.add_argument("--size", choices=("tiny", "full"), default="tiny",
                         help="tiny (default): small real models for tests; full: the released architectures at "
                              "their released sizes, random weights (~1 GB of fairseq checkpoints, more with Qwen3-TTS)")
@@ -53,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     (result, qwen), seed = staged
     out = Path(result["out_dir"])
     print(f"staged into {out} (seed {seed})")
-    rows = [[name, f"{m['bytes'] / 1024:.1f}", f"{m['build_s']:.2f}", m["sha256"], str(Path(m["path"]).relative_to(out))]
-            for name, m in result["models"].items()]
+    rows = [[name, f"{m['bytes'] / 1024:.1f}", f"{m['build_s']:.2f}", m["sha256"],
+             str(Path(m["path"]).relative_to(out))] for name, m in result["models"].items()]
     configs = dict(result["configs"])
     if qwen is not None:
         model_dir, configs["Qwen3TTS"] = qwen
@@ -85,7 +86,8 @@ def _is_number(cell: str) -> bool:
 
 def _print_files(datasets: dict, configs: dict, out: Path) -> None:
     """The staged datasets and configs, one line each, relative to OUT."""
-    _print_table(["kind", "name", "path"], [["dataset", name, str(Path(p).relative_to(out))] for name, p in datasets.items()]
+    _print_table(["kind", "name", "path"],
+                 [["dataset", name, str(Path(p).relative_to(out))] for name, p in datasets.items()]
                  + [["config", name, str(Path(p).relative_to(out))] for name, p in configs.items()])
 
 

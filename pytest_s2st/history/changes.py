@@ -154,7 +154,8 @@ def change_points(values: Sequence[float], higher_is_better: bool = False,
     return out
 
 
-def _tested(values: Sequence[float], series: Sequence[float], relative: bool, a: int, k: int, b: int) -> tuple[float, float]:
+def _tested(values: Sequence[float], series: Sequence[float], relative: bool, a: int, k: int,
+            b: int) -> tuple[float, float]:
     """The Welch p and the relative step between the segments [a, k) and [k, b)."""
     left, right = series[a:k], series[k:b]
     if relative:

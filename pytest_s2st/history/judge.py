@@ -36,7 +36,8 @@ class Judged:
 EXACT = "exact: any change between two runs"
 SHORT = "short history: the sides apart by more than 5 %, intervals included"
 SEGMENTED = "binary segmentation, Welch p < 0.001"
-CHAINED = "paired ratios against the parent, chained; a change is a stretch of commits whose ratios multiply past chance"
+CHAINED = ("paired ratios against the parent, chained; a change is a stretch of commits whose ratios multiply past "
+           "chance")
 
 
 def is_exact(metric: str) -> bool:

@@ -32,7 +32,8 @@ from typing import Any, Callable
 # algebra and FFTs. Matched against the op packet's name without its namespace (``aten.bmm`` -> ``bmm``).
 ARITHMETIC = re.compile(
     r"attention|(^|_)(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|addr|ger|outer|matmul|einsum|tensordot|"
-    r"bilinear|trilinear|linear|kron|cdist|chain_matmul)($|_)|(^|_)int\d?_?mm|pack_mm|(^|_)(cudnn_|mkldnn_|miopen_|slow_|"
+    r"bilinear|trilinear|linear|kron|cdist|chain_matmul)($|_)|(^|_)int\d?_?mm|pack_mm|"
+    r"(^|_)(cudnn_|mkldnn_|miopen_|slow_|"
     r"thnn_|nnpack_)?conv|convolution|rnn|lstm|gru|^linalg_|^fft_|^_fft_|cholesky|triangular_solve|^_linalg"
 )
 NO_ARITHMETIC_NOTE = ("elementwise, reductions, normalisation, softmax, copies, views, indexing and RNG count 0 "
@@ -122,7 +123,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, *args, out_v
             b, s, n, d = (int(v) for v in t.shape)
             return b, n, s, d
         if layout in ("BSH", "SBH"):
-            b, s, hd = (int(v) for v in t.shape) if layout == "BSH" else (int(t.shape[1]), int(t.shape[0]), int(t.shape[2]))
+            b, s, hd = (int(v) for v in t.shape) if layout == "BSH" else (
+                int(t.shape[1]), int(t.shape[0]), int(t.shape[2]))
             return b, heads, s, hd // heads
         return None
 
@@ -140,7 +142,8 @@ def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, *args, out_val=None
     expand [1, 3], [0], [1, 2], sum over [2, 3]): ATen computes, per output unit, x1·W_o (N×in1 by in1×in2) then
     a row-wise dot with x2, so 2·N·out·in2·(in1 + 1). Any other pattern: None (listed uncounted)."""
     if [list(expand1), list(expand2), list(expand3), list(sumdim)] != [[1, 3], [0], [1, 2], [2, 3]] \
-            or i1.dim() != 2 or i2.dim() != 3 or i3.dim() != 2 or any(getattr(t, "is_nested", False) for t in (i1, i2, i3)):
+            or i1.dim() != 2 or i2.dim() != 3 or i3.dim() != 2 \
+            or any(getattr(t, "is_nested", False) for t in (i1, i2, i3)):
         return None
     n, in1 = (int(v) for v in i1.shape)
     out, w_in1, in2 = (int(v) for v in i2.shape)

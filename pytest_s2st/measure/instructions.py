@@ -250,12 +250,14 @@ def count_pipeline(case: Mapping[str, Any] | None, first_input: Any, *, warmup: 
             job["model"], job["model_name"] = str(work / MODEL_FILE), callable_name(model)
             job["sys_path"] = [p for p in sys.path if isinstance(p, str)]  # the test's modules, as pytest saw them
         (work / JOB_FILE).write_text(json.dumps(job))
-        cmd = no_aslr_prefix() + [valgrind, "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no", "--dump-line=no",
-               f"--callgrind-out-file={work / DUMP_PREFIX}", f"--log-file={work / VALGRIND_LOG}",
+        cmd = no_aslr_prefix() + [valgrind, "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
+               "--dump-line=no", f"--callgrind-out-file={work / DUMP_PREFIX}", f"--log-file={work / VALGRIND_LOG}",
                sys.executable, "-m", "pytest_s2st.measure._instr_child", str(work / JOB_FILE)]
         # minutes under valgrind: a line every 10 s; each counted stage leaves 3 dumps (prime, no-op, forward)
         with open(work / CHILD_LOG, "wb") as log, phase(
-                f"counting instructions under valgrind ({callable_name(model) if model is not None else (case or {}).get('case_id', 'case')})", unit="stage(s) counted",
+                "counting instructions under valgrind "
+                f"({callable_name(model) if model is not None else (case or {}).get('case_id', 'case')})",
+                unit="stage(s) counted",
                 done=lambda: len(list(work.glob(DUMP_PREFIX + ".*"))) // 3, limit_s=timeout_s):
             try:
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -39,16 +39,17 @@ def _pickled(what: str, value: Any) -> tuple[bytes | None, str | None]:
     """(pickle bytes, None), or (None, a one-line reason naming what could not be pickled)."""
     try:
         return pickle.dumps(value), None
-    except Exception as exc:  # noqa: BLE001 -- PicklingError, TypeError, AttributeError: a closure, a lambda, a generator
+    # PicklingError, TypeError, AttributeError: a closure, a lambda, a generator
+    except Exception as exc:  # noqa: BLE001
         text = str(exc).splitlines()[0][:200] if str(exc) else ""
         return None, f"--s2st-isolate: {what} cannot be pickled for the fresh process ({type(exc).__name__}: {text})"
 
 
 def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, warmup: int, threads: int,
                     seed: int, stages: int, device: str, model: Any = None) -> list[dict[str, Metric]]:
-    """Per stage {"rss_rise_mib", "peak_rss_mib", "peak_delta_mib"} measured in a child process. ``model``: the callable (or
-    pipeline) the test benchmarks when it is not the case's own pipeline: the child re-creates that one from
-    its pickle (a module-level function or a picklable object), not the case's model; one that cannot be
+    """Per stage {"rss_rise_mib", "peak_rss_mib", "peak_delta_mib"} measured in a child process. ``model``: the
+    callable (or pipeline) the test benchmarks when it is not the case's own pipeline: the child re-creates that
+    one from its pickle (a module-level function or a picklable object), not the case's model; one that cannot be
     pickled is a missing metric saying so."""
     if case is None and model is None:
         return _missing(method, "--s2st-isolate needs a case from a config or a picklable callable (the child "

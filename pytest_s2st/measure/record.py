@@ -36,4 +36,5 @@ def mib_summary(per_sample: list[dict[str, Metric]], name: str) -> Metric:
     if len(values) != len(metrics):
         first = next(m for m in metrics if m.value is None)
         return Metric.missing(first.method, first.reason or "not measured")
-    return Metric(max(values), metrics[0].method, details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})
+    return Metric(max(values), metrics[0].method,
+                  details={"mean_over_samples": sum(values) / len(values), "samples": len(values)})

@@ -359,13 +359,15 @@ def measure_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     try:
         _probe_class()
     except Exception as exc:  # torch absent or broken
-        return fn(*args, **kwargs), Metric.missing(TENSOR_METHOD, f"torch is not importable ({type(exc).__name__}: {exc})")
+        return fn(*args, **kwargs), Metric.missing(TENSOR_METHOD,
+                                                   f"torch is not importable ({type(exc).__name__}: {exc})")
     result, probe = run_probed(fn, args, kwargs, flops=False, tensors=True)
     return result, tensor_metric(probe)
 
 
 def torch_flops_metric(probe: Any) -> Metric:
-    """The FLOPs of one probed call (FlopCounterMode's formulas and rules); None with the reason when no torch op ran."""
+    """The FLOPs of one probed call (FlopCounterMode's formulas and rules); None with the reason when no torch op
+    ran."""
     if probe.ops == 0:
         return Metric.missing(
             TORCH_METHOD, "no torch operation was dispatched; the torch counter only sees torch ops"

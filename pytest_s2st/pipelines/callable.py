@@ -73,7 +73,8 @@ def _load_entry(entry: Any, where: str) -> Callable[..., Any]:
     except S2STError:
         raise
     except Exception as exc:  # the user's module failed to import: say which and why, in one line
-        raise S2STError(f"{where}: entry {entry!r} cannot be imported: {raised(exc, target if target.endswith('.py') else None)}") from None
+        raise S2STError(f"{where}: entry {entry!r} cannot be imported: "
+                        f"{raised(exc, target if target.endswith('.py') else None)}") from None
     factory = getattr(module, attr, None)
     if factory is None:
         raise S2STError(f"{where}: entry {entry!r}: module has no attribute {attr!r}")

@@ -7,7 +7,8 @@ fails with ``OSError: libc10_cuda.so``. qwen-tts needs only pure-Python torchaud
 "extension unavailable" (``torchaudio._extension.utils._load_lib``). So the extra installs it and,
 only when the extension cannot load, deletes the compiled libraries (fairseq imports still work):
     pip install -c constraints.txt "qwen-tts==0.1.1"      # constraints: torch==<the installed torch>
-    python -c "import torchaudio" 2>/dev/null || rm -f "$(python -c 'import importlib.util as u,pathlib as p;print(p.Path(u.find_spec("torchaudio").origin).parent/"lib")')"/*.so
+    python -c "import torchaudio" 2>/dev/null ||
+        rm -f "$(dirname "$(python -c 'import importlib.util as u;print(u.find_spec("torchaudio").origin)')")"/lib/*.so
 
 Stage keys (stage1; ``path`` is resolved against the YAML's folder):
     path            local model directory (required); its model-assets.json is checked before loading
@@ -271,7 +272,8 @@ def _int_key(stage: Mapping[str, Any], key: str, where: str, default: int | None
     return value
 
 
-def build(stages: list[dict[str, Any]], *, model_type: str = "Qwen3TTS", device: str, config_path: Path) -> Qwen3TTSPipeline:
+def build(stages: list[dict[str, Any]], *, model_type: str = "Qwen3TTS", device: str,
+          config_path: Path) -> Qwen3TTSPipeline:
     where = str(config_path)
     if len(stages) != 1:
         raise S2STError(f"{where}: model_type 'Qwen3TTS' has one stage (stage1), got {len(stages)}")
@@ -303,7 +305,8 @@ def build(stages: list[dict[str, Any]], *, model_type: str = "Qwen3TTS", device:
             str(model_dir), device_map=device, dtype=getattr(torch, dtype_name)
         )
     except Exception as exc:
-        raise S2STError(f"{where}: cannot load {model_dir}: {type(exc).__name__}: {' '.join(str(exc).split())}") from None
+        raise S2STError(f"{where}: cannot load {model_dir}: {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())}") from None
     pipeline = Qwen3TTSPipeline(model, model_dir, hashes, speaker=speaker, language=normalize_language(language),
                                 seed=seed, max_new_tokens=max_new_tokens, where=where)
     pipeline._check_choice("language", pipeline.language, pipeline.languages, " (stage1.language)")

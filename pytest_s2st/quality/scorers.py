@@ -115,7 +115,8 @@ class PocketSphinxASR:
         try:
             import pocketsphinx  # noqa: F401
         except ImportError:
-            return "pocketsphinx is not installed (install the quality extra: pip install -e '.[quality]' in the pytest-s2st clone)"
+            return ("pocketsphinx is not installed (install the quality extra: pip install -e '.[quality]' in the "
+                    "pytest-s2st clone)")
         return None
 
     def _model_dir(self) -> Path:
@@ -260,14 +261,16 @@ class ResemblyzerSpeaker:
             self._encoder = self._module().VoiceEncoder("cpu", verbose=False)
             self._encoder.embed_utterance(np.zeros(ASR_RATE, np.float32) + 1e-3 * np.sin(np.arange(ASR_RATE)))
             self.init_s = time.perf_counter() - t0  # includes librosa/numba first-call compilation
-        wav = self._module().preprocess_wav(wav16k.astype(np.float32))  # already 16 kHz: volume-normalise, trim silences
+        # already 16 kHz: volume-normalise, trim silences
+        wav = self._module().preprocess_wav(wav16k.astype(np.float32))
         if len(wav) < ASR_RATE // 10:
             raise ValueError("less than 0.1 s of voiced audio")
         return self._encoder.embed_utterance(wav)
 
     def similarity(self, wav16k: np.ndarray, voice: str | None) -> tuple[float | None, str | None]:
         if voice is None or voice not in self.anchors:
-            return None, f"no anchor recording for voice {voice!r} (anchors: {', '.join(sorted(self.anchors)) or 'none'})"
+            return None, (f"no anchor recording for voice {voice!r} "
+                          f"(anchors: {', '.join(sorted(self.anchors)) or 'none'})")
         if voice not in self._anchor_emb:  # once per voice, with the model load: not per-utterance cost
             self._anchor_emb[voice] = self._embed(load_16k(self.anchors[voice]))
         t0 = time.perf_counter()
@@ -327,7 +330,8 @@ class ErrorRateBackend:
 
     def score(self, u: Utterance) -> tuple[float | None, str | None, dict[str, Any]]:
         backend = self.asr.get(u.language)
-        why = backend.unavailable(u.language) if backend is not None else f"no ASR backend configured for {u.language!r}"
+        why = (backend.unavailable(u.language) if backend is not None
+               else f"no ASR backend configured for {u.language!r}")
         if why is None and not (u.text or "").strip():
             why = "the request record has no reference text"
         if why is not None:
@@ -455,7 +459,8 @@ _SCORERS: dict[str, Scorer] = {}
 def get_scorer(anchors: str | Path | Mapping[str, str | Path] | None = None,
                asr_model_dir: str | Path | None = None) -> Scorer:
     """One Scorer (models loaded once) per configuration for the life of the process."""
-    key = json.dumps([str(anchors) if not isinstance(anchors, Mapping) else sorted((str(k), str(v)) for k, v in anchors.items()),
+    key = json.dumps([str(anchors) if not isinstance(anchors, Mapping)
+                      else sorted((str(k), str(v)) for k, v in anchors.items()),
                       str(asr_model_dir)])
     if key not in _SCORERS:
         _SCORERS[key] = Scorer(anchors, asr_model_dir=asr_model_dir)

@@ -194,7 +194,8 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
     except Exception as exc:  # noqa: BLE001 - sacrebleu raises RuntimeError, ImportError, URLError, AssertionError
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         out["bleu"] = {"value": None, "signature": None,
-                       "reason": f"sacrebleu cannot build BLEU tokenizer {tokenize!r} (bleu_tokenize): {show(first, 300)}"}
+                       "reason": f"sacrebleu cannot build BLEU tokenizer {tokenize!r} (bleu_tokenize): "
+                                 f"{show(first, 300)}"}
     for name, metric in (("bleu", None if out else bleu), ("chrf", CHRF())):
         if metric is None:
             continue
@@ -406,7 +407,8 @@ def target_language(general: Mapping[str, Any], stages: Sequence[Mapping[str, An
 
 
 def target_language_key(general: Mapping[str, Any], stages: Sequence[Mapping[str, Any]]) -> tuple[str | None, str]:
-    """(the target_lang as written or None, the config key it came from: 'general.target_lang', 'stage2.target_lang')."""
+    """(the target_lang as written or None, the config key it came from: 'general.target_lang',
+    'stage2.target_lang')."""
     keyed = [("general", general)] + [(f"stage{i}", st) for i, st in reversed(list(enumerate(stages, 1)))]
     for section, mapping in keyed:
         value = mapping.get("target_lang")

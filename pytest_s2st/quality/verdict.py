@@ -50,7 +50,8 @@ class Verdict:
                              f"{_f(m.get('worst_db'))} dB)")
                 continue
             if "signed_mean_pct" in m:
-                lines.append(f"  {name}: mean |change| {_f(m.get('change_mean'))}%, signed {_f(m.get('signed_mean_pct'))}% "
+                lines.append(f"  {name}: mean |change| {_f(m.get('change_mean'))}%, "
+                             f"signed {_f(m.get('signed_mean_pct'))}% "
                              f"(worst {m.get('worst_id')} {_f(m.get('worst_change'))}%)")
                 continue
             lines.append(f"  {name}: baseline {_f(m.get('baseline_mean'))}, candidate {_f(m.get('candidate_mean'))}, "
@@ -60,7 +61,8 @@ class Verdict:
                 lines.append(f"  {level} {name}: baseline {_f(m.get('baseline'))}, candidate {_f(m.get('candidate'))}")
         if self.speedup is not None:
             metric = self.metrics.get("speed_metric")
-            lines.append("  speedup (" + str(metric) + "): " + ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items())))
+            lines.append("  speedup (" + str(metric) + "): "
+                         + ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items())))
         return "\n".join(lines)
 
 

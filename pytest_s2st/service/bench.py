@@ -178,7 +178,8 @@ def _methods(methods: Mapping[str, str], arrival: Any, protocol: str) -> dict[st
 
     out = dict(methods)
     out["request_rate"] = arrival.describe()
-    out["achieved_rate"] = "measured requests sent (bytes handed to the socket) / wall seconds of the measured phase (client clock)"
+    out["achieved_rate"] = ("measured requests sent (bytes handed to the socket) / wall seconds of the measured phase "
+                            "(client clock)")
     if PROTOCOLS[protocol].ttfa_method:
         out["ttfa_s"] = PROTOCOLS[protocol].ttfa_method
     return out

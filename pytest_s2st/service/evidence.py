@@ -10,8 +10,8 @@ failed. So a stream costs the client a bounded window of audio (FLUSH_BYTES plus
 the writer has not yet written), never the whole response: an endless stream at c64 does not
 grow the client by its audio. Should the writer fall behind (a slow disk, a starved thread), more
 than ``MAX_QUEUED_BYTES`` handed over and not yet written makes the readers wait (``Writer.room``)
-before they read on: the server's sends then block, and the client's memory stays bounded. The records are appended to requests.jsonl in the order they were
-handed over, each flushed; a record's WAV is on disk before its line.
+before they read on: the server's sends then block, and the client's memory stays bounded. The records are
+appended to requests.jsonl in the order they were handed over, each flushed; a record's WAV is on disk before its line.
 """
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ class ClientGone(Exception):
 class Job:
     request: dict
     future: asyncio.Future = field(repr=False)
-    chunks: asyncio.Queue | None = field(default=None, repr=False)  # streaming: ("audio", pcm, rate) | ("end",) | ("error", exc)
+    # streaming: ("audio", pcm, rate) | ("end",) | ("error", exc)
+    chunks: asyncio.Queue | None = field(default=None, repr=False)
     sample_rate: int | None = None  # an OpenAI request's "sample_rate": the answer is resampled to it
     speed: float = 1.0  # an OpenAI request's "speed" (resample.py: a change of playback rate)
 

@@ -3,7 +3,8 @@
 Client side (``--s2st-protocol openai``): the request body built from a workload item, and the pieces
 that read an answer: a bounded incremental WAV header parser and the SSE event reader of
 ``speech.audio.delta`` / ``speech.audio.done``. Server side (``s2st-serve``): the error shape and the
-event bytes (the request's validation is request_model.py's, with pydantic, which only the server imports). Nothing here does I/O; every parser raises ValueError with a one-line reason.
+event bytes (the request's validation is request_model.py's, with pydantic, which only the server imports).
+Nothing here does I/O; every parser raises ValueError with a one-line reason.
 
 What was copied from where (behaviour, not text):
 - The request, from vLLM-Omni's benchmark backend ``openai-audio-speech``
@@ -177,8 +178,8 @@ class WavReader:
     """Incremental, bounded RIFF/WAVE reader: body pieces in, int16 mono PCM out.
 
     The header (every chunk before "data") may be at most ``max_header`` bytes; only 16-bit PCM mono
-    (format 1, or WAVE_FORMAT_EXTENSIBLE whose SubFormat is PCM) is taken. A data size of 0 or 0xFFFFFFFF (a streamed WAV
-    whose length was unknown) means "to the end of the body"; bytes after a sized data chunk (e.g. a
+    (format 1, or WAVE_FORMAT_EXTENSIBLE whose SubFormat is PCM) is taken. A data size of 0 or 0xFFFFFFFF (a
+    streamed WAV whose length was unknown) means "to the end of the body"; bytes after a sized data chunk (e.g. a
     trailing LIST chunk) are dropped."""
 
     def __init__(self, max_header: int = 64 * 1024) -> None:

@@ -33,7 +33,8 @@ async def http_get(url: URL, path: str, timeout_s: float, authorization: str | N
         nonlocal conn
         conn = await http1.Connection.open(url.raw_host, url.port, tls=url.scheme == "https", timeout_s=timeout_s)
         auth = f"Authorization: {authorization}\r\n" if authorization else ""
-        conn.send(f"GET {path} HTTP/1.1\r\nHost: {host_header(url)}\r\nUser-Agent: pytest-s2st\r\nAccept: application/json"
+        conn.send(f"GET {path} HTTP/1.1\r\nHost: {host_header(url)}\r\nUser-Agent: pytest-s2st\r\n"
+                  "Accept: application/json"
                   f"\r\nAccept-Encoding: identity\r\n{auth}Connection: close\r\n\r\n".encode())
         resp = await conn.response(timeout_s)
         seen.head_read(resp.status, resp.content_type)

@@ -2,7 +2,8 @@
 
 Per measured (non-warm-up) request with status "ok", by ``runs.request_metrics`` (the one definition,
 shared with the quality gate):
-    ttfa_s    = first_audio_t - send_t   (request sent -> first SSE event with a non-empty PCM sample; queueing included)
+    ttfa_s    = first_audio_t - send_t   (request sent -> first SSE event with a non-empty PCM sample;
+                                          queueing included)
     latency_s = done_t - send_t
     rtf       = latency_s / audio_seconds  (mean over requests is the seed's RTF)
 Run level:
@@ -136,7 +137,8 @@ def playback_summary(ok: list[dict], reasons: dict[str, str]) -> dict[str, Any]:
         reasons["gap_s"] = "every response came as one audio chunk: no inter-chunk gap"
     if len(have) < len(ok):
         skipped = [m["reason"] for m in per if m["reason"] is not None]
-        reasons["playback_skipped"] = f"{len(skipped)} of {len(ok)} ok requests without a usable timeline (first: {skipped[0]})"
+        reasons["playback_skipped"] = (f"{len(skipped)} of {len(ok)} ok requests without a usable timeline "
+                                       f"(first: {skipped[0]})")
     if ok and out["audio_duration_s"]["n"] == 0:
         reasons["audio_duration_s"] = "no ok request recorded audio_seconds"
     return out

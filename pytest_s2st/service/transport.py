@@ -53,7 +53,8 @@ def not_an_answer(status: int, headers: dict[str, str]) -> str | None:
         where = f"redirect to {location[:200]!r}" if location is not None else "redirect without a Location"
         return f"HTTP {status} {where}, not followed"
     if status == 101:
-        return f"HTTP 101: the server switched protocols (Upgrade: {headers.get('upgrade', '')[:60]!r}); no speech answer"
+        return (f"HTTP 101: the server switched protocols (Upgrade: {headers.get('upgrade', '')[:60]!r}); "
+                "no speech answer")
     why = http1.refused_encoding(headers)
     return f"HTTP {status}: {why}" if why else None
 

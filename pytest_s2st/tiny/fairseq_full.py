@@ -36,7 +36,8 @@ SPEECH_FRAMES = (400, 600)  # 4-6 s of 10 ms filterbank frames per speech sample
 TEXT_TOKENS = 24            # source tokens per MT/TTS sample (a ~6 s sentence)
 S2T_MAX_TOKENS = 40         # a random decoder never ends a hypothesis: this bounds S2T, MT and S2UT outputs
 S2UT_MAX_UNITS = 100        # reduced units (~25 per second of speech)
-TTS_FRAMES = 200            # tts_transformer: decoder steps per output, 4 frames each (800 frames: 9.3 s at 22.05 kHz, hop 256)
+# tts_transformer: decoder steps per output, 4 frames each (800 frames: 9.3 s at 22.05 kHz, hop 256)
+TTS_FRAMES = 200
 FS2_FRAMES_PER_TOKEN = 8    # FastSpeech2: the duration predictor is pinned (~10 phones per second)
 UNIT_FRAMES = 2             # the unit vocoder's duration predictor is pinned: each reduced unit lasts 2 frames
 
@@ -265,8 +266,9 @@ def build_datasets(out: Path, seed: int) -> dict[str, Path]:
     speech = []
     for i in range(N_SAMPLES):
         t = int(rng.randint(SPEECH_FRAMES[0], SPEECH_FRAMES[1] + 1))
-        speech.append({"id": i, "net_input": {"src_tokens": torch.from_numpy(rng.randn(1, t, FEAT_DIM).astype(np.float32)),
-                                              "src_lengths": torch.tensor([t])}})
+        speech.append({"id": i, "net_input": {
+            "src_tokens": torch.from_numpy(rng.randn(1, t, FEAT_DIM).astype(np.float32)),
+            "src_lengths": torch.tensor([t])}})
     written = {"speech": tiny.save_npy_dataset(speech, d / "speech.npy")}
     for name, vocab in (("mt", SPECS["mt"].vocab), ("tts", SPECS["tts"].vocab)):
         samples = []

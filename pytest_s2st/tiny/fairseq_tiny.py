@@ -563,7 +563,8 @@ def stage_all(out_dir: Path, *, seed: int = SEED) -> dict:
         "configs": {k: str(p.relative_to(out)) for k, p in configs.items()},
     }
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return {"out_dir": str(out), "import_s": import_s, "models": models, "datasets": {k: str(v) for k, v in datasets.items()},
+    return {"out_dir": str(out), "import_s": import_s, "models": models,
+            "datasets": {k: str(v) for k, v in datasets.items()},
             "configs": {k: str(v) for k, v in configs.items()}}
 
 

@@ -241,7 +241,8 @@ def write_model(out_dir: Path, seed: int, make_config: Any, codec_cfg: Any, talk
 
 def cache_key() -> str:
     """Versions that change what the builder writes, plus this builder's own source."""
-    return f"{dist_version('qwen-tts')}-tf{dist_version('transformers')}-torch{dist_version('torch')}-{source_key(__file__)}"
+    return (f"{dist_version('qwen-tts')}-tf{dist_version('transformers')}-torch{dist_version('torch')}"
+            f"-{source_key(__file__)}")
 
 
 def default_cache_dir() -> Path:

@@ -71,7 +71,8 @@ def _train_tokenizer(out: Path) -> Any:
     vocab_dir.mkdir(parents=True)
     vocab, merges = tok.model.save(str(vocab_dir))
     whisper = WhisperTokenizer(vocab, merges, unk_token="<|endoftext|>", bos_token="<|endoftext|>",
-                               eos_token="<|endoftext|>", pad_token="<|endoftext|>", model_max_length=MAX_TARGET_POSITIONS)
+                               eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                               model_max_length=MAX_TARGET_POSITIONS)
     whisper.add_special_tokens({"additional_special_tokens": list(SPECIALS[1:])})
     for path in vocab_dir.iterdir():
         path.unlink()
@@ -81,7 +82,8 @@ def _train_tokenizer(out: Path) -> Any:
 
 def _ids(tokenizer: Any) -> dict[str, int]:
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
-    if len(set(ids.values())) != len(SPECIALS) or tokenizer.unk_token_id in [v for k, v in ids.items() if k != "<|endoftext|>"]:
+    if len(set(ids.values())) != len(SPECIALS) or (
+            tokenizer.unk_token_id in [v for k, v in ids.items() if k != "<|endoftext|>"]):
         raise RuntimeError(f"tiny Whisper tokenizer: special tokens did not get their own ids: {ids}")
     return ids
 
@@ -130,7 +132,8 @@ def build_tiny_whisper(out_dir: Path, seed: int = SEED) -> Path:
         begin_suppress_tokens=None, suppress_tokens=None,
     )
     model.save_pretrained(out, safe_serialization=True)
-    WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer).save_pretrained(out)
+    WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80),
+                     tokenizer=tokenizer).save_pretrained(out)
     for name in ("config.json", "generation_config.json"):  # no build-machine details (transformers_version stays)
         path = out / name
         path.write_text(json.dumps(json.loads(path.read_text()), indent=2, sort_keys=True) + "\n")

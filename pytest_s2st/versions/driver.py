@@ -62,8 +62,8 @@ def worker_args(args: Sequence[str]) -> list[str]:
 def same_cpu(pids: Sequence[int]):
     """While the rounds run, every timing worker on one CPU (Linux): only one of them runs at a time, so this costs
     nothing, and both sides of a pair share that CPU's neighbours (at load 8 it did not narrow the round ratios by
-    itself: own times did, docs/records/measurement.md). Their own CPUs are given back afterwards (the untimed passes run
-    in parallel)."""
+    itself: own times did, docs/records/measurement.md). Their own CPUs are given back afterwards (the untimed
+    passes run in parallel)."""
     getaffinity = getattr(os, "sched_getaffinity", None)
     setaffinity = getattr(os, "sched_setaffinity", None)
     if getaffinity is None or setaffinity is None:
@@ -302,7 +302,8 @@ class Driver:
             return result
         samples = {w.samples for pair in pairs for w in pair}
         if len(samples) != 1:
-            result.missing = (f"the sides ran different numbers of samples ({', '.join(f'{w.name}: {w.samples}' for pair in pairs for w in pair)}): "
+            result.missing = ("the sides ran different numbers of samples "
+                              f"({', '.join(f'{w.name}: {w.samples}' for pair in pairs for w in pair)}): "
                               "not the same work")
             for w in (w for pair in pairs for w in pair):
                 self._skip(w)

@@ -47,8 +47,8 @@ class Seen:
     def names(self) -> str:
         """'1,204 events of type 'audio', 1 of type 'done'' (most first)."""
         counts = sorted(self.foreign.items(), key=lambda kv: -kv[1])
-        return ", ".join(f"{n:,} {'events' if n != 1 else 'event'} of type {name}" if i == 0 else f"{n:,} of type {name}"
-                         for i, (name, n) in enumerate(counts))
+        return ", ".join(f"{n:,} {'events' if n != 1 else 'event'} of type {name}" if i == 0
+                         else f"{n:,} of type {name}" for i, (name, n) in enumerate(counts))
 
     def first_bytes(self) -> str:
         return f"first bytes: {self.head!r}" if self.head else "an empty body"

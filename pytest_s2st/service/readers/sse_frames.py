@@ -146,7 +146,8 @@ class _Scanner:
                 continue
             c = data[i]
             if self._depth == 0 and c not in _JSON_SPACE and (self._closed or c != 0x7B):
-                raise Fail(f"malformed SSE event (not one JSON object): {bytes(self.fields[:40]) + bytes(data[i:i + 40])!r}")
+                raise Fail("malformed SSE event (not one JSON object): "
+                           f"{bytes(self.fields[:40]) + bytes(data[i:i + 40])!r}")
             if c == 0x22:  # '"'
                 if self._depth == 1 and self._last == b":" and self._prev_key == self.key and not self.streamed:
                     self._audio = self.streamed = True
