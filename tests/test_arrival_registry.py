@@ -35,7 +35,7 @@ RAMP_METHOD = "rate rising linearly from start to end req/s over the schedule; r
 class Ramp(Arrival):
     """Rate r(t) = start + (end - start) t / T over T = count / mean seconds: the expected count by t is
     N(t) = start t + (end - start) t^2 / (2T), and request i is due when N(t) = i + 1."""
-    name: ClassVar[str] = "ramp"
+    name: ClassVar[str] = "test-ramp"
     method: ClassVar[str] = RAMP_METHOD
     rate_fields: ClassVar[tuple[str, ...]] = ("start", "end")
     start: float = 1.0
@@ -67,7 +67,7 @@ def ramp():
     try:
         yield Ramp
     finally:
-        ARRIVALS.pop("ramp", None)
+        ARRIVALS.pop("test-ramp", None)
 
 
 SETTINGS = {"warmup": 1, "request_timeout": 10.0, "requests": 24, "max_audio_s": None, "protocol": "s2st",
@@ -75,8 +75,8 @@ SETTINGS = {"warmup": 1, "request_timeout": 10.0, "requests": 24, "max_audio_s":
 
 
 def test_a_level_driven_by_a_ramp_registered_here(ramp, tmp_path):
-    rate = BY_NAME["request_rate"].parse("ramp:start=20,end=100")  # the settings parser gives the object
-    assert rate == Ramp(20.0, 100.0) and str(rate) == "ramp:start=20,end=100"
+    rate = BY_NAME["request_rate"].parse("test-ramp:start=20,end=100")  # the settings parser gives the object
+    assert rate == Ramp(20.0, 100.0) and str(rate) == "test-ramp:start=20,end=100"
     settings = {**SETTINGS, "request_rate": rate}
     # a case's settings are saved as JSON and read back (xdist workers, server processes): the process survives
     assert settings_from_json(json.loads(json.dumps(settings_to_json(settings))))["request_rate"] == rate
@@ -108,8 +108,8 @@ def test_a_level_driven_by_a_ramp_registered_here(ramp, tmp_path):
     level = runs.read_summary(out)["by_concurrency"]["4"]
     assert {k: level[k] for k in (*arrivals.ARRIVAL_KEYS, "arrival")} == {
         "request_rate": 60.0, "burstiness": None, "arrival_seed": None, "arrivals_method": RAMP_METHOD,
-        "arrival": "ramp:start=20,end=100"}
-    assert data["methods"]["request_rate"] == f"open loop, ramp:start=20,end=100: {RAMP_METHOD}; the " \
+        "arrival": "test-ramp:start=20,end=100"}
+    assert data["methods"]["request_rate"] == f"open loop, test-ramp:start=20,end=100: {RAMP_METHOD}; the " \
                                               "concurrency cap still applies"
     assert result.summary["request_rate"] == 60.0 and _rates(result.summary)[0] == "60 req/s"
     # the level's time bound adds the schedule's span; level parts each take an even share of the ramp
@@ -119,7 +119,7 @@ def test_a_level_driven_by_a_ramp_registered_here(ramp, tmp_path):
 
 def test_a_bad_ramp_is_one_line(ramp, tmp_path):
     with pytest.raises(ValueError, match="is not K=V of its parameters"):
-        BY_NAME["request_rate"].parse("ramp:slope=3")
+        BY_NAME["request_rate"].parse("test-ramp:slope=3")
     with pytest.raises(S2STError) as e:
         import asyncio
 
@@ -133,5 +133,5 @@ def test_a_bad_ramp_is_one_line(ramp, tmp_path):
 
 
 def test_unregistered_names_are_refused():
-    with pytest.raises(ValueError, match="unknown arrival process 'ramp'; registered: .*gamma"):
-        BY_NAME["request_rate"].parse("ramp:start=1")
+    with pytest.raises(ValueError, match="unknown arrival process 'test-ramp'; registered: .*gamma"):
+        BY_NAME["request_rate"].parse("test-ramp:start=1")

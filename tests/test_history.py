@@ -241,7 +241,7 @@ def test_a_history_newer_than_this_version_or_no_database_is_one_line(tmp_path):
         open_store(tmp_path / "text.sqlite")
     with pytest.raises(S2STError, match="is not a regular file"):
         open_store(tmp_path)
-    with pytest.raises(S2STError, match="a file path, sqlite:///PATH or postgresql"):
+    with pytest.raises(S2STError, match="mysql://x/y: a history is a file path, sqlite:///PATH"):
         open_store("mysql://x/y")
     with pytest.raises(S2STError, match=r"postgresql://u:\*\*\*@127.0.0.1:1/d: cannot connect"):
         open_store("postgresql://u:secret@127.0.0.1:1/d")

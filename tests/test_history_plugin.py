@@ -44,7 +44,7 @@ def test_xdist_workers_leave_the_append_to_the_controller(pytester, tmp_path):
 @pytest.mark.parametrize("args, line", [
     (["--s2st-history-fail=runtime_s"], "--s2st-history-fail: judges new values against the history; name the "
                                         "history with --s2st-history URL"),
-    (["--s2st-history=mysql://h/db"], "must be a path, sqlite:///PATH or postgresql://..., got 'mysql://h/db'"),
+    (["--s2st-history=mysql://h/db"], "must be a path, sqlite:///PATH"),
     (["--s2st-history=h.sqlite", "--s2st-history-fail=runtime:t"], "'runtime' is not a metric"),
     (["--s2st-history=h.sqlite", "--s2st-history-fail=runtime_s:t:2"], "the boundary must be a quantile in (0.5, 1)"),
     (["--s2st-history=h.sqlite", "--s2st-history-window=0"], "must be an integer > 0, got '0'"),
