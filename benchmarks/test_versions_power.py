@@ -198,7 +198,7 @@ def in_process(root: Path, changes: dict[str, int]) -> dict:
     done = _pytest(root, "test_in_process.py", "--s2st-compare-fail=runtime_s:5%", "--benchmark-json=inproc.json",
                    "--s2st-flops=off", "--s2st-tensor-memory=off")
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
-    out = {c: {"slower": 0, "faster": 0, "fail": 0, "ratios": []} for c in changes}
+    out = {c: {"slower": 0, "faster": 0, "fail": 0, "ratios": [], "words": {}} for c in changes}
     for bench in json.loads((root / "inproc.json").read_text())["benchmarks"]:
         s2st, change = bench["extra_info"]["s2st"], bench["params"]["change"]
         out[change]["ratios"].append(s2st["ab"]["ratio"])
@@ -206,6 +206,8 @@ def in_process(root: Path, changes: dict[str, int]) -> dict:
         out[change]["faster"] += s2st["ab"]["word"] == "faster"
         out[change]["fail"] += s2st.get("verdict", {}).get("status") == "FAIL"
         out[change]["pairs"] = s2st["ab"]["pairs"]
+        words = out[change]["words"]  # every word, "too few rounds" among them (own times that read 0)
+        words[s2st["ab"]["word"]] = words.get(s2st["ab"]["word"], 0) + 1
     out["wall_s"], out["load"] = time.perf_counter() - start, [load, _load()]
     return out
 
@@ -225,7 +227,8 @@ def _lines(title: str, result: dict, truth: dict) -> list[str]:
         if rounds:
             cost += f"  {rounds[0]}-{rounds[len(rounds) // 2]}-{rounds[-1]}"
         lines.append(f"{name:<8}{truth.get(name, math.nan):>7.3f}{r['slower']:>8}{r['faster']:>8}{r['fail']:>9}  "
-                     f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}{cost}")
+                     f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}{cost}"
+                     + (f"  {r['words']}" if r.get("words") else ""))
     return lines
 
 

@@ -29,6 +29,11 @@ AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rou
 ROUNDS_ONLY = {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
 
 
+def worker_settings(spec: dict) -> dict:
+    """What a worker's own settings become: a pair after the first only times its rounds (ROUNDS_ONLY)."""
+    return dict(ROUNDS_ONLY) if spec.get("pair") else {}
+
+
 def configure(config: pytest.Config, state: SessionState) -> None:
     """Registers the controller (--s2st-ab-base) or the worker (started by a controller); refuses what cannot
     go with it before any test runs."""
@@ -36,8 +41,7 @@ def configure(config: pytest.Config, state: SessionState) -> None:
 
     spec = worker_spec()
     if spec is not None:
-        if spec.get("pair"):  # only the first pair's measurement is the row: the others just time their rounds
-            state.explicit.update(ROUNDS_ONLY)
+        state.explicit.update(worker_settings(spec))
         worker = VersionsWorker(config, spec)
         state.code_versions = worker
         config.pluginmanager.register(worker, "s2st-ab-worker")

@@ -79,6 +79,18 @@ def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means
     assert rounds.round_totals == [1.0, 1.0]  # each call took one tick: the per-sample mean of the round
 
 
+def test_only_the_first_pair_runs_the_untimed_passes():
+    """The row is the first pair's measurement: the workers of later pairs time their rounds and nothing else (no
+    memory, FLOPs, tensor or instruction pass), whatever the session asked."""
+    from pytest_s2st.plugin_versions import worker_settings
+    from pytest_s2st.settings import BY_NAME
+
+    assert worker_settings({"side": "head", "pair": 0}) == {}
+    later = worker_settings({"side": "base", "pair": 1})
+    assert later == {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
+    assert all(BY_NAME[name].parse(value) == value for name, value in later.items())  # values the settings take
+
+
 def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
     args = ["benchmarks/", "--s2st-ab-base", "origin/main", "--s2st-ab-pairs=3", "-n", "2", "-n4",
             "--benchmark-json", "out.json", "--junitxml=j.xml", "--s2st-compare-fail=runtime_s:5%", "-k", "model",
