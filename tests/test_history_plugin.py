@@ -31,6 +31,28 @@ def test_a_session_appends_its_rows_once_and_says_where(pytester, tmp_path):
         assert {k.metric for k in store.keys()} >= {"runtime_s", "rss_rise_mib", "peak_delta_mib"}
 
 
+def test_a_sessions_history_equals_an_import_of_its_saved_json(pytester, tmp_path):
+    """The session's rows reach the history as the pytest-benchmark document they are saved as, read by the one
+    reader `s2st-history import` uses: what a session keeps and what importing its --benchmark-json keeps are
+    the same series, value for value (a second reader of the typed rows could drift from the saved file's)."""
+    from pytest_s2st.cli import history as cli
+
+    pytester.makepyfile(test_bench=MODEL)
+    live, imported, saved = tmp_path / "live.sqlite", tmp_path / "imported.sqlite", tmp_path / "run.json"
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--s2st-history={live}", "--s2st-min-rounds=5",
+                                          f"--benchmark-json={saved}")
+    assert result.ret == 0
+    assert cli.main(["--db", str(imported), "import", str(saved)]) == 0
+
+    def series(db):
+        with open_store(db) as store:
+            return {key: [(e.point.value, e.point.low, e.point.high) for e in store.series(key)]
+                    for key in store.keys()}
+
+    kept = series(live)
+    assert len(kept) >= 3 and kept == series(imported)
+
+
 def test_xdist_workers_leave_the_append_to_the_controller(pytester, tmp_path):
     pytester.makepyfile(test_bench=MODEL + MODEL.replace("test_model", "test_other"))
     db = tmp_path / "h.sqlite"
