@@ -94,7 +94,7 @@ def runtime_statistic(old: SavedRow, new: SavedRow) -> tuple[str | None, str]:
 
 def _own_rounds(row: SavedRow) -> list[float] | None:
     """A run's rounds less its thread's run-queue wait (measure/runqueue.py), or None without readings."""
-    from .measure.runqueue import own_times
+    from .runtime_stats import own_times
     from .significance import usable
 
     details = row.details("runtime_s")

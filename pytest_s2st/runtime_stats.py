@@ -225,3 +225,12 @@ class RunningPrecision:
             self._m2 += delta * (value - self._mean)
         half = t_half_width(self._n, self._m2)
         return None if half is None or self._mean <= 0 else half / self._mean
+
+
+def own_times(rounds: list[float], waits: list[float] | None) -> list[float] | None:
+    """Each saved round's time less the run-queue wait that fell in it (never below 0); None without waits for every
+    round. A wait read between setups covers the round and the runner's bookkeeping around it, so the
+    subtraction is capped at the round."""
+    if not waits or len(waits) != len(rounds):
+        return None
+    return [max(r - min(w, r), 0.0) for r, w in zip(rounds, waits)]

@@ -3,14 +3,21 @@ taking turns round by round (versions/; its pytest glue plugin_versions.py); ``a
 into the paired change."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
 from .estimators import DEFAULT, Estimator
 from .mode import ABMode
 from .record import ABRecord
 
-if TYPE_CHECKING:
-    from ..versions.driver import Compared
+
+class Compared(Protocol):
+    """What the record reads of the driver's result (versions.driver.Compared, which the driver imports this
+    package to make: a Protocol here keeps the arrow one way)."""
+    sets: Sequence[tuple[Sequence[float], Sequence[float]]]  # each worker pair's (base rounds, head rounds)
+    own_sets: Sequence[tuple[Sequence[float], Sequence[float]]] | None  # the same less each round's wait
+    stopped: str | None
+    missing: str | None
+    calls: int | None
 
 
 class CodeVersions(ABMode):

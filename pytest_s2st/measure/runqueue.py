@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from ..runtime_stats import own_times  # noqa: F401 -- re-exported: the saved rounds' own times
+
 PATH = "/proc/thread-self/schedstat"
 
 
@@ -38,12 +40,3 @@ class RunqueueClock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def own_times(rounds: list[float], waits: list[float] | None) -> list[float] | None:
-    """Each round's time less the run-queue wait that fell in it (never below 0); None without waits for every
-    round. A wait read between setups covers the round and the runner's bookkeeping around it, so the
-    subtraction is capped at the round."""
-    if not waits or len(waits) != len(rounds):
-        return None
-    return [max(r - min(w, r), 0.0) for r, w in zip(rounds, waits)]
