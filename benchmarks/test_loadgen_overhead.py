@@ -145,7 +145,7 @@ async def _with_loadgen(port: int, out_dir: Path, requests: int,
                         protocol: str = "s2st") -> tuple[list[tuple], list[str], float]:
     """run_load as users run it (records + WAVs kept); rows of (id, send, first audio) in perf_counter."""
     from pytest_s2st.service.client import run_load
-    from pytest_s2st.service.workload import load_workload
+    from pytest_s2st.workload import load_workload
 
     openai = {"protocol": "openai", "extra_body": {"model": "null"}} if protocol == "openai" else {}
     result = await run_load(f"http://127.0.0.1:{port}", load_workload(), CONCURRENCY, out_dir=out_dir,
@@ -444,7 +444,7 @@ def test_ttfa_agrees_with_the_openai_sdk(benchmark, tmp_path, timing_target):
     c=8, alternated round by round. The issue's bar: agree within 2 ms at c=1."""
     from pytest_s2st.service.client import run_load
     from pytest_s2st.service.stats import describe
-    from pytest_s2st.service.workload import load_workload
+    from pytest_s2st.workload import load_workload
 
     workload = load_workload()
     res: dict = {"server": "s2st-serve --demo-tone --demo-delay-s 0.02", "rounds": 3, "requests_per_round": 24}

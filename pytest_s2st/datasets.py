@@ -449,7 +449,7 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
 
 
 def _load_text_dataset(path: Path, size: int | None, fields: Sequence[str] | None) -> list[dict]:
-    from .service.workload import REQUIRED_FIELDS, load_workload  # the same validated format as service workloads
+    from .workload import REQUIRED_FIELDS, load_workload  # the same validated format as service workloads
 
     _check_size(size, path)
     lines = text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all

@@ -29,7 +29,7 @@ def _available(module: str) -> bool:
 
 
 def stage_qwen_config() -> Path:
-    from .service.workload import DEFAULT_WORKLOAD
+    from .workload import DEFAULT_WORKLOAD
     from .tiny.qwen_tiny import tiny_qwen3tts_dir
 
     model_dir = tiny_qwen3tts_dir()

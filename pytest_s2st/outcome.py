@@ -46,7 +46,7 @@ def budget_gate(facts: ItemFacts) -> list[Verdict]:
 
 
 def translation_gate(facts: ItemFacts) -> list[Verdict]:
-    """The translation thresholds of the frozen policy (quality/row_scores.py); an s2st_gate marker on an
+    """The translation thresholds of the frozen policy (row_scores.py); an s2st_gate marker on an
     s2st_benchmark test that judged nothing is INCONCLUSIVE, never a silent pass."""
     measurement = facts.measurement
     if measurement is not None and getattr(measurement, "gate", None) is not None:

@@ -2,7 +2,7 @@
 
 As pytest-benchmark's BenchmarkFixture: the call resolves what the test passed (its callable or the case's
 pipeline, its inputs, an A/B baseline, references), measures through the runner (runner.measure_pipeline, the
-timed rounds driven by pytest-benchmark's pedantic loop), scores translations (quality/row_scores.py), hands the
+timed rounds driven by pytest-benchmark's pedantic loop), scores translations (row_scores.py), hands the
 row to the pytest_s2st_row_measured hook and saves it into pytest-benchmark's extra_info.
 """
 from __future__ import annotations
@@ -224,8 +224,8 @@ class S2STBenchmark:
             fail(exc)
 
     def _translation(self, samples: list, measurement: Any, pipeline: Any) -> None:
-        """The case's translation scores and gate (quality/row_scores.py)."""
-        from .quality.row_scores import score_case_row, translation_baseline
+        """The case's translation scores and gate (row_scores.py)."""
+        from .row_scores import score_case_row, translation_baseline
 
         state = self.state
         marker = self.node.get_closest_marker("s2st_gate")
@@ -241,8 +241,8 @@ class S2STBenchmark:
             fail(exc)
 
     def _given_translation(self, references: list, measurement: Any) -> None:
-        """s2st_benchmark(fn, inputs, references=[...]): the callable's scores and gate (quality/row_scores.py)."""
-        from .quality.row_scores import score_given_row
+        """s2st_benchmark(fn, inputs, references=[...]): the callable's scores and gate (row_scores.py)."""
+        from .row_scores import score_given_row
 
         case = self.case
         tokenize = case.settings.get("bleu_tokenize") if case is not None else self.state.option("bleu_tokenize")

@@ -39,7 +39,7 @@ def s2st_service(request: pytest.FixtureRequest, s2st_case, tmp_path_factory):
 @pytest.fixture(scope="session")
 def s2st_workload(s2st_case):
     """The case's workload items ({id, text, language, voice, seed}); default: the shipped 12 sentences."""
-    from .service.workload import load_workload
+    from .workload import load_workload
 
     path = s2st_case.config.general.get("workload") or s2st_case.settings.get("workload")
     try:

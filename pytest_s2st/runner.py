@@ -64,7 +64,7 @@ class RunSettings:
     case: dict | None = None  # the resolved case (Case.to_dict): the instruction pass's child rebuilds it
     runtime_protocol: str = "warm"  # a key of PROTOCOLS
     fill_time: bool = False   # add timed rounds until max_time even without a target precision
-    isolate: bool = False     # the memory pass in a fresh process per case (measure/isolated.py)
+    isolate: bool = False     # the memory pass in a fresh process per case (isolated.py)
     isolate_model: Any = None  # --s2st-isolate: the benchmarked callable when it is not the case's pipeline
     # the process's RSS (MiB) at the case's start, and what that start was: rss_rise_mib is the peak above it.
     # None: measure_pipeline's own start (the model already built)
@@ -244,10 +244,10 @@ def _warm_chain(pipeline, samples: Sequence[Any], sync: Callable[[], None]) -> N
 
 
 def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Sequence[Any]) -> None:
-    """--s2st-isolate: the stages' memory metrics from a fresh process (measure/isolated.py)."""
+    """--s2st-isolate: the stages' memory metrics from a fresh process (isolated.py)."""
     if not settings.isolate or settings.memory == "off":
         return
-    from .measure.isolated import isolated_memory
+    from .isolated import isolated_memory
 
     measurement.info["memory_isolated"] = True
     results = isolated_memory(settings.case, inputs, method=settings.memory, warmup=settings.warmup,

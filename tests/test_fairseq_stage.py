@@ -278,7 +278,7 @@ def test_cli_also_stages_the_tiny_qwen3tts_with_its_manifest(tmp_path, capsys):
     assert "path: ../qwen3tts" in text
     # nothing in OUT points into the clone: the workload is copied beside the other datasets (issue 32 item 7)
     assert "dataset_path: ../data/workload-default.jsonl" in text and not re.search(r"^\s*\w+: /", text, re.M)
-    from pytest_s2st.service.workload import DEFAULT_WORKLOAD
+    from pytest_s2st.workload import DEFAULT_WORKLOAD
 
     assert (out / "data" / "workload-default.jsonl").read_bytes() == DEFAULT_WORKLOAD.read_bytes()
 

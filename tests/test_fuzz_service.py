@@ -31,7 +31,7 @@ from pytest_s2st.service.readers.limits import Fail
 from pytest_s2st.service.readers.own_sse import read_own_sse
 from pytest_s2st.service.readers.response import Body, Seen, Stream
 from pytest_s2st.service.answers import sse_event
-from pytest_s2st.service.workload import load_workload
+from pytest_s2st.workload import load_workload
 
 COUNTS: collections.Counter = collections.Counter()
 FUZZ = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

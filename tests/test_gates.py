@@ -151,7 +151,7 @@ def _json_readers(tmp: Path):
     from pytest_s2st import assets, distribute, runs
     from pytest_s2st.quality.policy import Policy
     from pytest_s2st.quality.scorefile import load_scores
-    from pytest_s2st.service.workload import load_workload
+    from pytest_s2st.workload import load_workload
 
     run_dir = tmp / "run"
     run_dir.mkdir(exist_ok=True)

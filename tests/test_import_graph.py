@@ -94,6 +94,32 @@ def test_no_import_cycle():
     assert cycles(import_graph()) == []
 
 
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded to rooms: a subpackage (``pytest_s2st.service``, everything under it) or a top-level
+    module; an arrow where any module of one imports any module of the other."""
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    rooms: dict[str, set[str]] = {room(m): set() for m in graph}
+    for module, targets in graph.items():
+        rooms[room(module)] |= {room(t) for t in targets if room(t) != room(module)}
+    return rooms
+
+
+def test_no_folder_imports_a_folder_that_imports_it():
+    """Folders are layers: the graph of rooms has no circle, so every folder sits above the folders it imports and
+    below those importing it (a topological order exists). Ten rooms once formed one knot here (cases, config,
+    settings, distribute, datasets, gate, measure/, pipelines/, quality/, service/): ``measure/isolated.py`` ran whole
+    cases, ``quality/row_scores.py`` imported the gate that imports quality/, and datasets and pipelines read the
+    workload format from ``service/``; those three modules now sit at the top level, where their arrows point down."""
+    assert cycles(folder_graph(import_graph())) == []
+
+
+def test_the_folder_graph_sees_a_circle_through_any_module_of_a_folder():
+    graph = {"pytest_s2st.a.x": {"pytest_s2st.b"}, "pytest_s2st.a.y": set(), "pytest_s2st.b": {"pytest_s2st.a.y"}}
+    assert cycles(graph) == [] and cycles(folder_graph(graph)) == [["pytest_s2st.a", "pytest_s2st.b"]]
+
+
 def test_cycle_finder_finds_a_circle():
     # the checker itself must be able to fail
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -21,7 +21,7 @@ from pytest_s2st.service.record import LevelEntry, RequestRecord
 from pytest_s2st.service.answers import sse_event
 from pytest_s2st.service.server import make_app, serve_app
 from pytest_s2st.service.synthesizers import demo_tone_synthesizer
-from pytest_s2st.service.workload import load_workload
+from pytest_s2st.workload import load_workload
 
 WORKLOAD = [
     {"id": "a", "text": "short one", "language": "English", "voice": "Ryan", "seed": 1},
@@ -336,7 +336,7 @@ def test_client_killed_mid_run_leaves_readable_evidence(tmp_path):
     server, endpoint = _start_tone_server(tmp_path, 0.01)
     out = tmp_path / "run"
     code = ("import asyncio, sys; from pathlib import Path; from pytest_s2st.service.client import run_load; "
-            "from pytest_s2st.service.workload import load_workload; "
+            "from pytest_s2st.workload import load_workload; "
             "asyncio.run(run_load(sys.argv[1], load_workload(), 2, out_dir=Path(sys.argv[2]), requests=500))")
     client = subprocess.Popen([sys.executable, "-c", code, endpoint, str(out)])
     try:

@@ -12,7 +12,7 @@ from pytest_s2st.errors import S2STError
 from pytest_s2st.service.client import run_load
 from pytest_s2st.service.answers import sse_event
 from pytest_s2st.service.server import serve_app
-from pytest_s2st.service.workload import load_workload
+from pytest_s2st.workload import load_workload
 
 GOOD = {"id": "a", "text": "hello", "language": "English", "voice": "Ryan", "seed": 1}
 

@@ -134,7 +134,7 @@ def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
         print("qwen-tts not installed: no tiny Qwen3-TTS (in the clone: pip install -e '.[qwen]')")
         return None
     from ..defaults import QWEN_YAML
-    from ..service.workload import DEFAULT_WORKLOAD
+    from ..workload import DEFAULT_WORKLOAD
     from ..tiny.qwen_tiny import build_tiny_qwen3tts
 
     model_dir = build_tiny_qwen3tts(out / "qwen3tts")

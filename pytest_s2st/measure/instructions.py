@@ -7,11 +7,11 @@ running process, so the count happens in a child process:
 1. The parent writes a job: the resolved case (``Case.to_dict``, as the reference server gets it)
    and the pipeline's first prepared input (pickled, in a private temp folder). On the callable path
    (``s2st_benchmark(fn, inputs)``) the job carries the callable's pickle instead of a case, as
-   ``--s2st-isolate`` does (measure/isolated.py): a module-level function, a ``functools.partial`` of
+   ``--s2st-isolate`` does (isolated.py): a module-level function, a ``functools.partial`` of
    one or an object of an importable class is pickled by reference and re-created in the child (the
    parent's ``sys.path`` travels, so the test's own modules import there); a lambda, a closure or a
    local function cannot be, and the metric says so in one line naming it.
-2. ``python -m pytest_s2st.measure._instr_child`` runs under ``valgrind --tool=callgrind
+2. ``python -m pytest_s2st.instr_child`` runs under ``valgrind --tool=callgrind
    --instr-atstart=no`` (under ``setarch -R`` where it works: no address randomisation): it starts
    uninstrumented (cheap), builds the pipeline from the case (or re-creates the callable) on cpu
    with one torch thread and PYTHONHASHSEED=0, and for every stage in order warms it up natively
@@ -252,7 +252,7 @@ def count_pipeline(case: Mapping[str, Any] | None, first_input: Any, *, warmup: 
         (work / JOB_FILE).write_text(json.dumps(job))
         cmd = no_aslr_prefix() + [valgrind, "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no",
                "--dump-line=no", f"--callgrind-out-file={work / DUMP_PREFIX}", f"--log-file={work / VALGRIND_LOG}",
-               sys.executable, "-m", "pytest_s2st.measure._instr_child", str(work / JOB_FILE)]
+               sys.executable, "-m", "pytest_s2st.instr_child", str(work / JOB_FILE)]
         # minutes under valgrind: a line every 10 s; each counted stage leaves 3 dumps (prime, no-op, forward)
         with open(work / CHILD_LOG, "wb") as log, phase(
                 "counting instructions under valgrind "

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..errors import S2STError
-from ..service.workload import REQUIRED_FIELDS as WORKLOAD_FIELDS
+from ..workload import REQUIRED_FIELDS as WORKLOAD_FIELDS
 
 
 @runtime_checkable

@@ -1,5 +1,5 @@
 """The valgrind child of the instruction pass (see instructions.py): ``python -m
-pytest_s2st.measure._instr_child JOB.json`` under ``valgrind --tool=callgrind --instr-atstart=no``.
+pytest_s2st.instr_child JOB.json`` under ``valgrind --tool=callgrind --instr-atstart=no``.
 
 Builds the case's pipeline on cpu (or re-creates the benchmarked callable from its pickle), and for
 every stage: native warm-up, then two counted calls between client requests (a no-op, then the

@@ -4,7 +4,7 @@ on what ran before it in the session (pytest-free).
 Peak RSS is a property of the process: in one session a case measured after a Griffin-Lim TTS carries
 librosa's and numba's pages, after another model that model's allocator arenas. Upstream runs one process
 per config. Here the parent writes a job (the resolved case, ``Case.to_dict``, and the first stage's
-prepared inputs, pickled into a private temp folder); ``python -m pytest_s2st.measure.isolated JOB`` builds
+prepared inputs, pickled into a private temp folder); ``python -m pytest_s2st.isolated JOB`` builds
 the case's pipeline on cpu, and per stage warms it up on the first input and runs the memory pass over
 every input with the same probe as in-process (MemoryProbe), each stage's outputs feeding the next. The
 parent reads one summary per stage. A failure or a child past its time is a Metric with value None and a
@@ -75,7 +75,7 @@ def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, wa
             Path(job["model"]).write_bytes(model_bytes)
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
-            proc = subprocess.run([sys.executable, "-m", "pytest_s2st.measure.isolated", str(Path(tmp) / "job.json")],
+            proc = subprocess.run([sys.executable, "-m", "pytest_s2st.isolated", str(Path(tmp) / "job.json")],
                                   capture_output=True, text=True, timeout=TIMEOUT_S,
                                   env={**os.environ, "PYTHONHASHSEED": "0"})
         except subprocess.TimeoutExpired:
