@@ -6,7 +6,7 @@ Modules: ``bench`` (reference-server lifecycle, run one level, judge one level),
 ``record``; the untimed GETs ``server_facts``; the wire formats and transports by name in ``wire``, the
 transports in ``transport``, its HTTP/1.1 client in ``http1``, the readers of each answer shape in the
 package ``readers``),
-``workload`` (load_workload), ``stats`` (summarize), ``openai_api`` (OpenAI's speech request/answer
+``stats`` (summarize), ``openai_api`` (OpenAI's speech request/answer
 shape, both sides), ``arrivals`` (open-loop arrival schedules). The run directory they write and read is
 ``pytest_s2st.runs``. Import the submodules directly; this package imports nothing heavy.
 """
