@@ -129,6 +129,10 @@ def test_a_real_chain_of_ab_sessions_keeps_each_ratio_against_its_parent_and_che
         assert [e.point.value for e in entries] == [pytest.approx(1.0, abs=0.1), pytest.approx(1.5, abs=0.2)]
         assert all(e.point.low <= e.point.value <= e.point.high and e.point.low < e.point.high for e in entries)
         judged = judge(key, entries, anchor=store.series(absolute_key(key)))
-    assert [(c.index, c.worse) for c in judged.changes] == [(1, True)]
+    # one change, worse, over the slower commit: on a loaded machine the no-op commit's A/B (0.01 s rounds, one pair)
+    # may read x1.03 with a tight interval, and a stretch over both commits is then the stronger one (seen in CI at
+    # load ~5: index 0, last 1); the attribution on seeded histories is tests/test_history_chain.py's other tests'
+    [change] = judged.changes
+    assert change.worse and change.index <= 1 == change.last
     assert judged.values[1] / judged.values[0] == pytest.approx(entries[1].point.value)  # the chain steps by the ratio
     assert cli.main(["--db", str(db), "check"]) == 1
