@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .inputs import finite, show
+from .measure.record import Metric
+from .runtime_stats import saved_statistic
+from .work import work_of
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -36,8 +39,6 @@ class SavedMetric:
 
     def to_dict(self) -> dict[str, Any]:
         """Metric.to_dict's shape: value and method, the reason and details when there are any."""
-        from .measure.record import Metric
-
         return Metric(self.value, self.method, self.reason, dict(self.details)).to_dict()
 
     @property
@@ -91,8 +92,6 @@ class SavedRow:
 
     def statistic(self) -> str:
         """The statistic its runtime holds (runtime_stats.saved_statistic); ValueError when it names none known."""
-        from .runtime_stats import saved_statistic
-
         entry = self.metrics.get("runtime_s")
         return saved_statistic(entry.to_dict() if entry is not None else None)
 
@@ -125,8 +124,6 @@ def identity(s2st: Mapping[str, Any], fullname: str) -> str:
 
 
 def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "") -> list[Row]:
-    from .work import work_of
-
     key = identity(s2st, fullname)
     work = work_of(s2st)
     rows = [Row(name, fullname, s2st.get("metrics", {}), status, key, work)]
@@ -144,7 +141,6 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, SavedRow]:
     s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
     if not isinstance(s2st, Mapping) or not s2st:
         return {}
-    from .work import work_of
 
     key = identity(s2st, str(saved.get("fullname")))
     work = work_of(s2st)
