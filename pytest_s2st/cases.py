@@ -16,7 +16,6 @@ from .errors import S2STError
 from .inputs import show
 from .measure.device import resolve_device
 from .pipelines.base import check_stage_count, known_model_types, serves_speech, text_fields
-from .quality.translation import case_tokenize, read_references
 from .settings import BY_NAME, SETTINGS, CompareLimit
 
 # upstream get_metrics.py names that mean one of our settings
@@ -205,6 +204,8 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
     # auto -> the target language's tokenizer, now: a refusal is a usage error
+    from .quality.translation import case_tokenize  # lazy: plugin load
+
     settings["bleu_tokenize"] = case_tokenize(settings["bleu_tokenize"], config.general, config.stages, config.where,
                                               sources["bleu_tokenize"])
     _check_references(config, settings)
@@ -219,6 +220,7 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     if references is None:
         return
     from .datasets import dataset_count  # lazy: heavy
+    from .quality.translation import read_references  # lazy: plugin load
 
     where = config.where("general.references")
     lines = read_references(references, where)

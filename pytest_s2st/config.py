@@ -11,7 +11,6 @@ Paths are resolved here and nowhere else: the generic keys below, those the mode
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -25,7 +24,6 @@ from .errors import S2STError
 from .gate import check_plugin_keys, gate_policy, quality_keys
 from .inputs import closest, finite, read_text, show, yaml_node
 from .pipelines.base import model_type_info
-from .service.stream import SERVE_KEYS, parse_serve
 from .settings import SETTINGS
 
 SECTIONS = ("general", "stage1", "stage2", "stage3", "quality", "serve")
@@ -211,6 +209,8 @@ def _check_sections(data: Any, path: Path, lines: Mapping[str, int]) -> None:
         raise S2STError(f"{path}: top level must be a mapping of {', '.join(SECTIONS)}; got {got}")
     for key, value in data.items():
         if key not in SECTIONS:
+            import difflib  # lazy: plugin load
+
             # a close cutoff: 'qualty' means quality, but 'stage4' is no typo of stage3
             match = difflib.get_close_matches(str(key), SECTIONS, n=1, cutoff=MISSPELT)
             hint = f" (did you mean {match[0]!r}?)" if match else ""
@@ -279,6 +279,8 @@ MISSPELT = 0.85
 def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:
     """``general`` also carries fairseq's own arguments, so an unknown key is not an error -- but one within a letter
     or two of a plugin setting (``dataset_sise: 2``) was silently ignored: it names the setting it meant."""
+    import difflib  # lazy: plugin load
+
     names = [s.name for s in SETTINGS if s.per_case] + list(PLUGIN_GENERAL_KEYS)
     for key in general:
         if not isinstance(key, str) or key in names:
@@ -361,6 +363,8 @@ def load_config(
         gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
     serve = data.get("serve")
     if serve is not None:
+        from .service.stream import SERVE_KEYS, parse_serve  # lazy: plugin load
+
         for key in serve:  # parse_serve names an unknown key; here with its line and what it meant
             if key not in SERVE_KEYS:
                 raise S2STError(f"{_where(path, lines, f'serve.{key}')}: unknown key {show(repr(key))}"

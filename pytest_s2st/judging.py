@@ -10,7 +10,6 @@ from .limits import CompareLimit
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .rows import Row, SavedRow, mapping
 from .runtime_stats import own_times
-from .work import differences
 
 
 def saved_counterpart(row: Row, compared: Mapping[str, SavedRow]) -> SavedRow | None:
@@ -21,6 +20,8 @@ def saved_counterpart(row: Row, compared: Mapping[str, SavedRow]) -> SavedRow | 
 
 def unlike_work(row: Row, old: SavedRow) -> list[str]:
     """How the saved row's work differs from this row's (work.differences); [] when alike or not known."""
+    from .work import differences  # lazy: plugin load
+
     return differences(old.work, row.work) if old.work and row.work else []
 
 

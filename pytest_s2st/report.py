@@ -8,7 +8,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from .inputs import finite
 from .judging import runtime_change, saved_counterpart, unlike_work
-from .measure.flops import uncounted_text
 from .metrics import BY_NAME, INFERENCE_METRICS, column_format
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .rows import Row, SavedMetric, SavedRow
@@ -216,6 +215,8 @@ def cell(key: str, metric: SavedMetric | None, fmt: Callable[[float | None], str
 def missing_notes(rows: Sequence[Row]) -> list[str]:
     """One line per n/a cell that says why (missing evidence is never a silent 0), and per partial cell what it
     left out."""
+    from .measure.flops import uncounted_text  # lazy: plugin load
+
     notes = []
     for row in rows:
         saved = row.as_saved()

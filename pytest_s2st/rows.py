@@ -12,7 +12,6 @@ from typing import Any, Mapping
 from .inputs import finite, show
 from .measure.record import Metric
 from .runtime_stats import saved_statistic
-from .work import work_of
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -124,6 +123,8 @@ def identity(s2st: Mapping[str, Any], fullname: str) -> str:
 
 
 def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "") -> list[Row]:
+    from .work import work_of  # lazy: plugin load
+
     key = identity(s2st, fullname)
     work = work_of(s2st)
     rows = [Row(name, fullname, s2st.get("metrics", {}), status, key, work)]
@@ -141,6 +142,7 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, SavedRow]:
     s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
     if not isinstance(s2st, Mapping) or not s2st:
         return {}
+    from .work import work_of  # lazy: plugin load
 
     key = identity(s2st, str(saved.get("fullname")))
     work = work_of(s2st)

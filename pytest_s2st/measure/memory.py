@@ -19,8 +19,6 @@ import time
 import weakref
 from typing import Any, Callable
 
-import psutil
-
 from pytest_s2st.errors import S2STError
 from pytest_s2st.measure.record import Metric
 
@@ -58,6 +56,8 @@ def current_rss_mib() -> float:
     try:
         return _status_kib("VmRSS") / 1024
     except OSError:
+        import psutil  # lazy: plugin load
+
         return psutil.Process().memory_info().rss / MIB
 
 

@@ -6,7 +6,6 @@ and returns the level's data: what goes into the benchmark JSON and the service 
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import subprocess
@@ -80,6 +79,8 @@ def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tupl
     """The case id of an external endpoint benchmarked without a config, named from the server:
     ``external-<first id of GET /v1/models>``, else ``external-<case_id or model_type of GET /identity>``,
     else (no answer within ``timeout_s``) ``external-<host>-<port>``. Returns (case id, where the name came from)."""
+    import asyncio  # lazy: plugin load
+
     from yarl import URL  # lazy: heavy
 
     from .server_facts import fetch_identity, fetch_model  # lazy: heavy
@@ -134,6 +135,8 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
               targets: dict | None, policy: Any, timed: Timed) -> tuple[Any, dict]:
     """One concurrency level against one service -> (LoadResult, level data). The load generator
     writes the level's summary.json once, with the policy; ``timed(fn)`` runs the load."""
+    import asyncio  # lazy: plugin load
+
     from .client import run_load  # lazy: heavy
     from .options import LoadOptions  # lazy: heavy
     from .stats import METHODS  # lazy: heavy
