@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from importlib.metadata import version
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,8 +20,6 @@ from .errors import S2STError
 
 def _changed(what: str) -> S2STError:
     try:
-        from importlib.metadata import version  # lazy: optional
-
         release = version("pytest-benchmark")
     except Exception:  # noqa: BLE001 -- only for the message
         release = "?"

@@ -18,6 +18,7 @@ import pytest
 
 from .errors import S2STError
 from .gate import gate_help, gate_policy, gate_signature
+from .inputs import show
 from .metrics import budget_signature
 from .plugin_benchmark import START_RSS_KEY, S2STBenchmark, gate_where
 from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
@@ -313,8 +314,7 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     except S2STError as exc:
         fail(exc)
     except SystemExit as exc:  # no Exception: the factory's own guard lets it through
-        from .inputs import show  # lazy: optional
-        from .pipelines.callable import user_frame  # lazy: optional
+        from .pipelines.callable import user_frame  # lazy: plugin load
 
         at = user_frame(exc)
         fail(f"{s2st_case.config.path}: building the case's pipeline called sys.exit({show(repr(exc.code), 60)})"

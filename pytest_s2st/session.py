@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import S2STError
+from .inputs import show
 from .results import Record, SessionVerdicts
 from .settings import BY_NAME, SETTINGS
 from .settings import path as check_path
@@ -366,8 +367,6 @@ class S2STSession:
         try:
             self.regressions, self.unchecked = self.check_regressions()
         except Exception as exc:  # noqa: BLE001 -- a compare that crashed checked nothing: it fails, tables stay
-            from .inputs import show  # lazy: optional
-
             self.unchecked = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
                               "so no limit was checked"]
         self._write_summary()

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 import psutil
 
 from .hookcall import call_hook
+from .inputs import show
 from .judging import insignificant, unlike_rows, unmatched
 from .report import compare_legend, missing_notes, render_compare, render_table, statistic_names, table_notes, wrap
 from .report_service import render_service_table
@@ -63,8 +64,6 @@ def _inference(state: S2STSession, tr: Any) -> None:
     try:
         _compare(state, tr, rows)
     except Exception as exc:  # noqa: BLE001 -- what was measured is shown above whatever the saved run holds
-        from .inputs import show  # lazy: optional
-
         tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
 
 def _ab(state: S2STSession, tr: Any) -> None:
