@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import S2STError
+from .inputs import load_json
 
 MANIFEST_NAME = "model-assets.json"
 # An unlisted file with one of these suffixes could be read by a loader (an extra weight shard, a
@@ -57,8 +59,6 @@ def write_manifest(model_dir: str | os.PathLike) -> Path:
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    from .inputs import load_json
-
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise S2STError(f"{path}: asset manifest not found (write it with pytest_s2st.assets.write_manifest)")
@@ -107,8 +107,6 @@ def check_manifest(
 
 def main(argv: list[str] | None = None) -> int:
     """python -m pytest_s2st.assets write|check MODEL_DIR"""
-    import sys
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("write", "check"):
         print("usage: python -m pytest_s2st.assets write|check MODEL_DIR", file=sys.stderr)

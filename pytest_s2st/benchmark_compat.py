@@ -8,6 +8,11 @@ no-comparison; tests/test_benchmark_compat.py fails loudly on such a release.
 """
 from __future__ import annotations
 
+import json
+import os
+import shlex
+from importlib.metadata import version
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 from .errors import S2STError
@@ -15,8 +20,6 @@ from .errors import S2STError
 
 def _changed(what: str) -> S2STError:
     try:
-        from importlib.metadata import version
-
         release = version("pytest-benchmark")
     except Exception:  # noqa: BLE001 -- only for the message
         release = "?"
@@ -78,7 +81,7 @@ def enable_under_xdist(config: Any, worker: bool) -> None:
             raise _changed(f"BenchmarkSession.{attr}")
     session.xdist_warning = session.xdist_benchmark_found = False
     asked_off = config.getoption("benchmark_disable") and not config.getoption("benchmark_enable")
-    from pytest_benchmark.fixture import statistics
+    from pytest_benchmark.fixture import statistics  # lazy: plugin load
 
     if not asked_off and statistics is not None:
         session.disabled = False
@@ -89,9 +92,7 @@ def enable_under_xdist(config: Any, worker: bool) -> None:
 def export_benchmarks(config: Any, rename: Mapping[str, str]) -> list[dict[str, Any]]:
     """This worker's pytest-benchmark rows (BenchmarkSession.benchmarks: stats.Metadata) with their raw
     timings, as JSON-able dicts; ``rename`` maps xdist's "nodeid@group" back to the plain nodeid."""
-    import json
-
-    from pytest_benchmark.utils import safe_dumps
+    from pytest_benchmark.utils import safe_dumps  # lazy: plugin load
 
     out = []
     for bench in _session(config).benchmarks:
@@ -107,9 +108,7 @@ def export_benchmarks(config: Any, rename: Mapping[str, str]) -> list[dict[str, 
 def session_document(config: Any) -> dict[str, Any] | None:
     """This session's rows as the document --benchmark-json would write (machine, commit, rows without their raw
     timings), through pytest-benchmark's own hooks; None when nothing was timed."""
-    import json
-
-    from pytest_benchmark.utils import safe_dumps
+    from pytest_benchmark.utils import safe_dumps  # lazy: plugin load
 
     session = _session(config)
     rows = [bench for bench in session.benchmarks if bench]
@@ -140,9 +139,7 @@ def absorb_benchmarks(config: Any, rows: list[dict[str, Any]]) -> None:
     """The controller's side of export_benchmarks: each row becomes a stats.Metadata again, its Stats
     refilled with the raw per-iteration timings, so the table, the saved JSON and --benchmark-compare
     see it exactly as if the controller had timed it."""
-    from types import SimpleNamespace
-
-    from pytest_benchmark.stats import Metadata
+    from pytest_benchmark.stats import Metadata  # lazy: plugin load
 
     session = _session(config)
     for row in rows:
@@ -195,9 +192,6 @@ def pedantic_until(benchmark: Any, target: Callable[..., Any], setup: Callable[[
 def given(config: Any, flag: str) -> bool:
     """Was pytest-benchmark's ``flag`` given (command line, PYTEST_ADDOPTS or the ini addopts)? Its value
     alone cannot say: the default of --benchmark-warmup (off on CPython) equals an explicit "off"."""
-    import os
-    import shlex
-
     try:
         addopts = list(config.getini("addopts"))
     except (ValueError, KeyError):

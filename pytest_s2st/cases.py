@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping
 
 from .config import CaseConfig, load_config
 from .errors import S2STError
+from .inputs import show
+from .measure.device import resolve_device
 from .pipelines.base import check_stage_count, known_model_types, serves_speech, text_fields
 from .settings import BY_NAME, SETTINGS, CompareLimit
 
@@ -64,15 +66,13 @@ class Case:
     def device(self):
         """Resolved lazily: 'cuda'/'npu' import torch, which a collection-only run must not pay for."""
         if self._device is None:
-            from .measure.device import resolve_device
-
             self._device = resolve_device(self.settings["device"])
         return self._device
 
     def samples(self, where: str) -> list[dict]:
         """The case's dataset (npy, raw or text: a text sample needs only the fields its model type reads),
         dataset_size applied; ``where`` names the config section that asked, for the no-dataset line."""
-        from .datasets import load_dataset
+        from .datasets import load_dataset  # lazy: heavy
 
         general = self.config.general
         if general.get("dataset_path") is None:
@@ -204,7 +204,7 @@ def load_case(path: str | os.PathLike, explicit: Mapping[str, Any], ini: Callabl
     if settings.get("dump_dir"):
         settings["dump_dir"] = str(check_writable_dir(settings["dump_dir"], sources["dump_dir"]))
     # auto -> the target language's tokenizer, now: a refusal is a usage error
-    from .quality.translation import case_tokenize
+    from .quality.translation import case_tokenize  # lazy: plugin load
 
     settings["bleu_tokenize"] = case_tokenize(settings["bleu_tokenize"], config.general, config.stages, config.where,
                                               sources["bleu_tokenize"])
@@ -219,8 +219,8 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     references = config.general.get("references")
     if references is None:
         return
-    from .datasets import dataset_count
-    from .quality.translation import read_references
+    from .datasets import dataset_count  # lazy: heavy
+    from .quality.translation import read_references  # lazy: plugin load
 
     where = config.where("general.references")
     lines = read_references(references, where)
@@ -231,7 +231,5 @@ def _check_references(config: CaseConfig, settings: Mapping[str, Any]) -> None:
     size = settings.get("dataset_size")
     wanted = min(count, size) if count is not None and size else count
     if wanted is not None and len(lines) < wanted:  # the file named first: the key alone hid which file was short
-        from .inputs import show
-
         raise S2STError(f"{show(str(references))} ({where}): {len(lines)} reference line(s) for {wanted} sample(s) "
                         f"of {show(str(dataset))}: one line per sample, in dataset order")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import S2STError
+from .tiny.fairseq_tiny import default_configs
 
 UPSTREAM_MODULE = "pytest_s2st.pipelines.fairseq_upstream"
 UPSTREAM_WARMUP = 2  # get_metrics.cli_main: model.warm_up(sample=dataset[0], repeat=2)
@@ -110,7 +111,7 @@ def run_process(cmd: list[str], *, cwd: Path, env: dict[str, str],
 
 
 def config_general(config: Path) -> dict:
-    import yaml
+    import yaml  # lazy: heavy
 
     return (yaml.safe_load(config.read_text()) or {}).get("general") or {}
 
@@ -136,9 +137,9 @@ def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys
     dataset_size samples of its npy dataset are copied beside it with these top-level and net_input keys added
     (``{"target_lengths": None, "net_input": {"prev_output_tokens": None}}``: what upstream's core.py reads of
     a FastSpeech2 sample and its own npy format lacks). samples: written as its dataset instead of the config's own."""
-    import yaml
+    import yaml  # lazy: heavy
 
-    from .config import resolve_paths
+    from .config import resolve_paths  # lazy: heavy
 
     config = Path(config).resolve()
     doc = yaml.safe_load(config.read_text()) or {}
@@ -149,8 +150,8 @@ def derive_config(config: Path, out_dir: Path, *, dataset_size: int, sample_keys
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if sample_keys or samples is not None:
-        from .dataset_make import save_npy_dataset
-        from .datasets import load_npy_dataset
+        from .dataset_make import save_npy_dataset  # lazy: heavy
+        from .datasets import load_npy_dataset  # lazy: heavy
 
         if samples is None:
             samples = load_npy_dataset(doc["general"]["dataset_path"], size=dataset_size)
@@ -409,8 +410,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.config:
         configs = [Path(c) for c in args.config]
     else:
-        from .tiny.fairseq_tiny import default_configs
-
         configs = default_configs()
     result = compare(configs, tests=Path(args.tests), rounds=args.rounds, dataset_size=args.dataset_size,
                      threads=args.threads, log=lambda m: print(m, file=sys.stderr, flush=True),

@@ -21,7 +21,10 @@ from typing import Any
 import yaml
 
 from .errors import S2STError
+from .gate import check_plugin_keys, gate_policy, quality_keys
+from .inputs import closest, finite, read_text, show, yaml_node
 from .pipelines.base import model_type_info
+from .settings import SETTINGS
 
 SECTIONS = ("general", "stage1", "stage2", "stage3", "quality", "serve")
 STAGE_SECTIONS = ("stage1", "stage2", "stage3")
@@ -120,8 +123,6 @@ MAX_CONFIG_CHARS = 1_000_000  # a benchmark config is a few dozen lines; anythin
 
 
 def _read_yaml(path: Path) -> tuple[Any, dict[str, int]]:
-    from .inputs import read_text, show, yaml_node
-
     # utf-8: at most 4 bytes a character; the bounded reader refuses FIFOs, devices, directories, loops
     text = read_text(path, "config file", MAX_CONFIG_CHARS * 4)
     if len(text) > MAX_CONFIG_CHARS:
@@ -208,9 +209,7 @@ def _check_sections(data: Any, path: Path, lines: Mapping[str, int]) -> None:
         raise S2STError(f"{path}: top level must be a mapping of {', '.join(SECTIONS)}; got {got}")
     for key, value in data.items():
         if key not in SECTIONS:
-            import difflib
-
-            from .inputs import show
+            import difflib  # lazy: plugin load
 
             # a close cutoff: 'qualty' means quality, but 'stage4' is no typo of stage3
             match = difflib.get_close_matches(str(key), SECTIONS, n=1, cutoff=MISSPELT)
@@ -246,8 +245,6 @@ def _check_general(general: Mapping[str, Any], path: Path, lines: Mapping[str, i
     targets = general.get("targets")  # goodput: {ttfa_s: x, rtf: y}
     if targets is not None and (not isinstance(targets, dict) or not set(targets) <= TARGET_KEYS
                                 or not all(_positive_number(v) for v in targets.values())):
-        from .inputs import closest, show
-
         typo = next((k for k in targets if k not in TARGET_KEYS), None) if isinstance(targets, dict) else None
         hint = f" (unknown key {show(repr(typo))}{closest(typo, sorted(TARGET_KEYS))})" if typo is not None else ""
         raise S2STError(f"{_where(path, lines, 'general.targets')}: targets must map ttfa_s and/or rtf to "
@@ -263,8 +260,6 @@ PLUGIN_GENERAL_KEYS = ("model_type", "name", "dataset_path", "references", "targ
 def _check_plugin_keys(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:
     """The types of the general keys the plugin reads itself (a list of references or a number as the
     target language was a TypeError deep in the scorer, or silently no score)."""
-    from .inputs import show
-
     references = general.get("references")
     if references is not None and (not isinstance(references, str) or not references.strip()):
         got = ("an empty string" if isinstance(references, str)
@@ -284,9 +279,7 @@ MISSPELT = 0.85
 def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapping[str, int]) -> None:
     """``general`` also carries fairseq's own arguments, so an unknown key is not an error -- but one within a letter
     or two of a plugin setting (``dataset_sise: 2``) was silently ignored: it names the setting it meant."""
-    import difflib
-
-    from .settings import SETTINGS
+    import difflib  # lazy: plugin load
 
     names = [s.name for s in SETTINGS if s.per_case] + list(PLUGIN_GENERAL_KEYS)
     for key in general:
@@ -299,8 +292,6 @@ def _check_misspelt_settings(general: Mapping[str, Any], path: Path, lines: Mapp
 
 
 def _positive_number(value: Any) -> bool:
-    from .inputs import finite
-
     number = finite(value)  # inf is no target: a number that is not finite is missing evidence
     return number is not None and number > 0
 
@@ -364,9 +355,6 @@ def load_config(
     name = general.get("name")
     case_name = str(name) if name not in (None, "") else path.stem
     if data.get("quality") is not None:  # the policy is checked when the case is resolved, for every test
-        from .gate import check_plugin_keys, gate_policy, quality_keys
-        from .inputs import closest, show
-
         for key in data["quality"]:  # an unknown key named at its own line (gate_policy knows the section's)
             if key not in quality_keys():
                 raise S2STError(f"{_where(path, lines, f'quality.{key}')}: unknown key {show(repr(key))}"
@@ -375,8 +363,7 @@ def load_config(
         gate_policy(data["quality"], None, f"{_at(path, lines, 'quality')}: quality")
     serve = data.get("serve")
     if serve is not None:
-        from .inputs import closest, show
-        from .service.stream import SERVE_KEYS, parse_serve
+        from .service.stream import SERVE_KEYS, parse_serve  # lazy: plugin load
 
         for key in serve:  # parse_serve names an unknown key; here with its line and what it meant
             if key not in SERVE_KEYS:

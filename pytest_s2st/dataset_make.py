@@ -27,7 +27,7 @@ class _StorageBytes:
     pickling a storage the default way writes its memory address, so bytes would differ per run."""
 
     def __init__(self, t: Any) -> None:
-        import torch
+        import torch  # lazy: heavy
 
         buf = io.BytesIO()
         storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
@@ -38,13 +38,13 @@ class _StorageBytes:
         self.data = buf.getvalue()
 
     def __reduce__(self):
-        import torch
+        import torch  # lazy: heavy
 
         return (torch.storage._load_from_bytes, (self.data,))
 
 
 def _reduce_tensor(t: Any):
-    import torch
+    import torch  # lazy: heavy
 
     t = t.detach().clone(memory_format=torch.contiguous_format)  # own storage, offset 0
     return (torch._utils._rebuild_tensor_v2,
@@ -53,7 +53,7 @@ def _reduce_tensor(t: Any):
 
 def _with_torch_tensors(samples: list[dict]) -> list[dict]:
     try:
-        import torch
+        import torch  # lazy: optional
     except ImportError:
         raise S2STError("writing torch tensors needs torch (pip install torch)") from None
     return [{**s, "net_input": {k: torch.tensor(v) if isinstance(v, np.ndarray) else v

@@ -27,7 +27,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import S2STError
+from .pipelines.callable import raised
 from .safe_unpickle import unpickle as _unpickle
+from .workload import REQUIRED_FIELDS, load_workload
 
 DATASET_KINDS = ("npy", "raw", "text")
 
@@ -431,7 +433,7 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
     if size:  # 0 and None: all entries, as upstream's load_dataset_raw_to_waveforms
         entries = entries[: int(size)]
     try:
-        import soundfile as sf
+        import soundfile as sf  # lazy: optional
     except ImportError:
         raise S2STError(f"{path}: reading raw datasets needs soundfile (pip install soundfile)") from None
 
@@ -449,8 +451,6 @@ def load_raw_dataset(path: str | os.PathLike, size: int | None = None, sample_ra
 
 
 def _load_text_dataset(path: Path, size: int | None, fields: Sequence[str] | None) -> list[dict]:
-    from .workload import REQUIRED_FIELDS, load_workload  # the same validated format as service workloads
-
     _check_size(size, path)
     lines = text_lines(path, "text dataset", "utf-8-sig")  # bounds first: load_workload reads it all
     if sum(1 for line in lines if line.strip()) > LIMITS.samples:
@@ -494,8 +494,6 @@ def inputs_from(inputs: Any, where: str) -> list:
     try:
         out = list(itertools.islice(iter(inputs), LIMITS.samples + 1))
     except (Exception, SystemExit) as exc:  # the user's generator raised: one line naming their file:line
-        from .pipelines.callable import raised
-
         raise S2STError(f"{where}: reading the inputs raised {raised(exc)}") from None
     if len(out) > LIMITS.samples:
         raise _over(where, "inputs", f"more than {LIMITS.samples}", "samples")

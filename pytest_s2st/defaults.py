@@ -9,6 +9,11 @@ import importlib.util
 import os
 from pathlib import Path
 
+from .demo import stage_demo
+from .tiny.cache import cache_root
+from .tiny.fairseq_tiny import default_configs
+from .workload import DEFAULT_WORKLOAD
+
 QWEN_YAML = """\
 # Embedded default: the tiny random Qwen3-TTS (built offline, manifest-checked), as a service.
 general:
@@ -29,8 +34,7 @@ def _available(module: str) -> bool:
 
 
 def stage_qwen_config() -> Path:
-    from .workload import DEFAULT_WORKLOAD
-    from .tiny.qwen_tiny import tiny_qwen3tts_dir
+    from .tiny.qwen_tiny import tiny_qwen3tts_dir  # lazy: heavy
 
     model_dir = tiny_qwen3tts_dir()
     config = model_dir.parent / f"{model_dir.name}.yaml"
@@ -43,14 +47,8 @@ def stage_qwen_config() -> Path:
 
 
 def default_config_paths() -> list[Path]:
-    from .demo import stage_demo
-
-    from .tiny.cache import cache_root
-
     paths = [stage_demo(cache_root() / "demo")]
     if _available("fairseq"):
-        from .tiny.fairseq_tiny import default_configs
-
         paths += default_configs()
     if _available("qwen_tts"):
         paths.append(stage_qwen_config())

@@ -22,7 +22,7 @@ stage1:
 
 
 def build_mlp(hidden: int = 256, feat_dim: int = 80, seed: int = 1, device: str = "cpu"):
-    import torch
+    import torch  # lazy: heavy
 
     torch.manual_seed(seed)
     model = torch.nn.Sequential(
@@ -40,7 +40,7 @@ def build_mlp(hidden: int = 256, feat_dim: int = 80, seed: int = 1, device: str 
 
 
 def stage_demo(out_dir: Path) -> Path:
-    from .dataset_make import generate_random_dataset, save_npy_dataset
+    from .dataset_make import generate_random_dataset, save_npy_dataset  # lazy: heavy
 
     out_dir.mkdir(parents=True, exist_ok=True)
     config, dataset = out_dir / "callable-demo.yaml", out_dir / "dataset.npy"

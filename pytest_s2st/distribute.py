@@ -6,13 +6,17 @@
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from .errors import S2STError
+from .inputs import finite, load_json, show
 from .measure.device import BACKENDS
+from .runtime_stats import saved_statistic, statistic
+from .work import differences, work_of
 
 T = TypeVar("T")
 
@@ -89,8 +93,6 @@ COMMIT_KEYS = ("id", "dirty", "project")
 
 def load_saved_run(path: str | Path) -> dict[str, Any]:
     """One pytest-benchmark JSON (--benchmark-json / --benchmark-save): checked, one line on any fault."""
-    from .inputs import load_json
-
     path = Path(path)
     data = load_json(path, "saved run", MAX_RUN_BYTES)
     if not isinstance(data, dict):
@@ -125,8 +127,6 @@ def _malformed_row(bench: Mapping[str, Any]) -> str | None:
 
 def _unknown_statistic(s2st: Mapping[str, Any]) -> str | None:
     """Why a runtime of the row names no known statistic (runtime_stats.saved_statistic), or None."""
-    from .runtime_stats import saved_statistic
-
     parts = [("", s2st.get("metrics"))] + [(f"stages[{i}] ", st.get("metrics"))
                                            for i, st in enumerate(s2st.get("stages", []))]
     for where, metrics in parts:
@@ -179,10 +179,6 @@ def fold_repeats(benches: Sequence[dict[str, Any]]) -> dict[str, Any]:
     saved, by name: the mean of the runs' means), each run's value kept in ``runs_s`` and every round in
     ``rounds_s``: compare judges a change between runs against them (significance.compare_runs). Runs whose
     runtimes hold different statistics are refused (S2STError, one line)."""
-    from .runtime_stats import saved_statistic, statistic
-
-    import copy
-
     folded = copy.deepcopy(benches[0])
     s2st = (folded.get("extra_info") or {}).get("s2st")
     if not s2st:
@@ -239,9 +235,6 @@ def _unfoldable(bench: Mapping[str, Any], first: Mapping[str, Any], first_path: 
     """Why one run's row cannot fold with the first run's (s2st-merge --repeats), or None. Folding keeps the first
     run's row and makes each runtime the runs' statistic: a run whose row has no runtime to give would otherwise
     be dropped without a word, leaving "1 benchmark(s) from 3 run(s)" that is one run."""
-    from .inputs import finite
-    from .work import differences, work_of
-
     s2st, ours = ((b.get("extra_info") or {}).get("s2st") for b in (first, bench))
     if not s2st and not ours:
         return ("not an s2st row (no extra_info.s2st) in any run: --repeats folds s2st runtimes, and would keep "
@@ -271,14 +264,10 @@ def _unfoldable(bench: Mapping[str, Any], first: Mapping[str, Any], first_path: 
 
 
 def _show_reason(reason: str) -> str:
-    from .inputs import show
-
     return show(reason, 120)
 
 
 def _show_value(value: Any) -> str:
-    from .inputs import show
-
     return "null" if value is None else f"a JSON {_json_type(value)} {show(json.dumps(value), 40)}"
 
 

@@ -21,7 +21,7 @@ def resample(wav: np.ndarray, sr: int, target_sr: int) -> np.ndarray:
     if sr == target_sr:
         return wav
     try:
-        from scipy.signal import resample_poly
+        from scipy.signal import resample_poly  # lazy: optional
     except ImportError as exc:
         raise S2STError(f"writing {sr} Hz audio at target_sr {target_sr} needs scipy: {exc}") from None
     g = gcd(int(sr), int(target_sr))
@@ -32,7 +32,7 @@ def dump_waveforms(outputs: Sequence[Any], dump_dir: str | Path, prefix: str,
                    target_sr: int | None = None) -> list[Path]:
     """Each {"waveform", "sample_rate"} output -> dump_dir/{prefix}_{i}_pred.wav at target_sr (default: its own
     rate)."""
-    import soundfile as sf
+    import soundfile as sf  # lazy: heavy
 
     dump_dir = Path(dump_dir)
     dump_dir.mkdir(parents=True, exist_ok=True)

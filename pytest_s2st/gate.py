@@ -7,12 +7,14 @@ Whisper-style model dir for languages pocketsphinx lacks).
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import S2STError
+from .inputs import closest, show
 from .quality.policy import Policy
-from .quality.scored import needs_scores  # noqa: F401 -- the one definition; callers import it from here too
+from .quality.scored import SCORED_METRICS, needs_scores
 
 PLUGIN_KEYS = ("baseline", "anchors", "asr_model_dir")
 
@@ -23,7 +25,6 @@ def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, A
         return None
     if quality is not None and not isinstance(quality, Mapping):
         raise S2STError(f"{where}: quality must be a mapping, got {type(quality).__name__}")
-    from .inputs import closest, show
 
     known = quality_keys()
     for key in list(quality or {}) + list(marker_kwargs or {}):
@@ -42,16 +43,12 @@ def gate_policy(quality: Mapping[str, Any] | None, marker_kwargs: Mapping[str, A
 
 def quality_keys() -> list[str]:
     """Every key a config's quality: section may hold: the policy's and the plugin's."""
-    from dataclasses import fields
-
     return [f.name for f in fields(Policy)] + list(PLUGIN_KEYS)
 
 
 def check_plugin_keys(quality: Mapping[str, Any], where: Any) -> None:
     """baseline and asr_model_dir are paths (non-empty strings); anchors a path or a mapping voice -> path.
     ``where(key)`` names the key's place (file:line). A number here was a TypeError deep in a scorer."""
-    from .inputs import show
-
     def is_path(value: Any) -> bool:
         return isinstance(value, str) and bool(value.strip()) and "\x00" not in value
 
@@ -76,15 +73,11 @@ def check_plugin_keys(quality: Mapping[str, Any], where: Any) -> None:
 
 def gate_signature() -> str:
     """The s2st_gate marker's signature: every Policy key, in field order (the scored ones from quality/scored.py)."""
-    from dataclasses import fields
-
     return f"s2st_gate({', '.join(f'{f.name}=' for f in fields(Policy))})"
 
 
 def gate_help() -> str:
     """The s2st_gate marker's help: what it does, then each scored metric's keys (quality/scored.py)."""
-    from .quality.scored import SCORED_METRICS
-
     scored = "; ".join(f"{'/'.join(m.thresholds)}: {m.name} "
                        f"({m.units}, {'per utterance' if m.per == 'utterance' else 'of the case'})"
                        for m in SCORED_METRICS)
@@ -99,8 +92,7 @@ REFERENCES_SOURCE = "s2st_benchmark(references=)"
 def given_references(references: Any, count: int, where: str) -> list[str]:
     """``s2st_benchmark(fn, inputs, references=[...])``: one reference translation per input, in input order
     (a string each, one line); one S2STError line otherwise."""
-    from .datasets import reference_problem
-    from .inputs import show
+    from .datasets import reference_problem  # lazy: heavy
 
     if isinstance(references, (str, bytes)) or not isinstance(references, (list, tuple)):
         raise S2STError(f"{where}: references= must be a list of strings, one reference translation per input; "
@@ -121,7 +113,7 @@ def given_reference_scores(stage_names: list, stage_outputs: list, references: l
     config pipelines return it -- against ``references``; each metric missing, with the reason, when no stage
     outputs text (a gate on it is then INCONCLUSIVE, never a pass). ``tokenize``: BLEU's (bleu_tokenize; auto: 13a,
     a callable has no target language)."""
-    from .quality.translation import TEXT_METRICS, missing_metrics, resolve_tokenize, score_outputs
+    from .quality.translation import TEXT_METRICS, missing_metrics, resolve_tokenize, score_outputs  # lazy: plugin load
 
     as_text = [[{"text": o} if isinstance(o, str) else o for o in outputs] for outputs in stage_outputs]
     try:
@@ -150,13 +142,13 @@ def baseline_from_compare(compared_mapping: Mapping[str, Mapping[str, Any]] | No
 def score(policy: Policy, baseline_dir: Path, candidate_dir: Path, quality: Mapping[str, Any] | None,
           scores_file: str | None):
     """Scores for the gate: the user's file, else the offline scorers (loaded once per process)."""
-    from .quality.scorefile import load_scores
+    from .quality.scorefile import load_scores  # lazy: plugin load
 
     if scores_file:
         return load_scores(scores_file)
     if not needs_scores(policy):
         return None
-    from .quality.scorers import get_scorer
+    from .quality.scorers import get_scorer  # lazy: heavy
 
     quality = quality or {}
     scorer = get_scorer(quality.get("anchors"), quality.get("asr_model_dir"))

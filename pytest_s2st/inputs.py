@@ -65,7 +65,7 @@ def show(value: Any, limit: int = 200) -> str:
 
 def closest(key: Any, known: Any) -> str:
     """'; did you mean 'x'?' for a misspelt key, or '' when nothing is close."""
-    import difflib
+    import difflib  # lazy: plugin load
 
     match = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
     return f" (did you mean {match[0]!r}?)" if match else ""
@@ -228,7 +228,7 @@ def _expanded_nodes(node: Any, bound: int) -> int:
 def yaml_node(text: str, where: str, loader_cls: Any = None, max_nodes: int = YAML_MAX_NODES) -> tuple[Any, Any]:
     """(composed node, loader) of one YAML document, refusing an alias bomb before it is constructed.
     The caller constructs (``loader.construct_document(node)``) and disposes the loader."""
-    import yaml
+    import yaml  # lazy: heavy
 
     loader = (loader_cls or yaml.SafeLoader)(text)
     try:
@@ -250,7 +250,7 @@ def yaml_node(text: str, where: str, loader_cls: Any = None, max_nodes: int = YA
 
 
 def parse_yaml(text: str, where: str, what: str = "YAML") -> Any:
-    import yaml
+    import yaml  # lazy: heavy
 
     try:
         node, loader = yaml_node(text, where)

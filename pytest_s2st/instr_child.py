@@ -15,7 +15,10 @@ import pickle
 import sys
 from pathlib import Path
 
+from pytest_s2st.measure.determinism import seed_everything, set_threads
 from pytest_s2st.measure.instructions import CHILD_ERROR_PREFIX, label
+from pytest_s2st.pipelines.base import build_pipeline
+from pytest_s2st.pipelines.callable import from_function, is_pipeline
 
 JOB_MAX_BYTES = 16 * 2**20
 
@@ -36,8 +39,6 @@ def _shim(path: str):
 def _recreate(job: dict):
     """The callable path: the benchmarked callable from its pickle (by reference: imported by name, from the
     test's sys.path), as a one-stage pipeline unless it already is a pipeline."""
-    from pytest_s2st.pipelines.callable import from_function, is_pipeline
-
     sys.path[:0] = [p for p in job.get("sys_path") or [] if p not in sys.path]
     try:
         with open(job["model"], "rb") as f:  # written by our parent into its private temp folder
@@ -49,9 +50,7 @@ def _recreate(job: dict):
 
 
 def run(job: dict) -> dict:
-    from pytest_s2st.cases import Case
-    from pytest_s2st.measure.determinism import seed_everything, set_threads
-    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.cases import Case  # lazy: heavy
 
     lib = _shim(job["shim"])
     if not lib.s2st_cg_running():

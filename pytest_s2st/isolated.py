@@ -22,7 +22,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_s2st.measure.determinism import seed_everything, set_threads
+from pytest_s2st.measure.memory import MemoryProbe, current_rss_mib, resolve_memory_method, rss_rise
 from pytest_s2st.measure.record import Metric, mib_summary
+from pytest_s2st.pipelines.base import build_pipeline
+from pytest_s2st.pipelines.callable import from_function, is_pipeline
 
 TIMEOUT_S = 3600.0
 RESULT_MAX_BYTES = 1_000_000
@@ -97,13 +101,8 @@ def isolated_memory(case: dict | None, inputs: Sequence[Any], *, method: str, wa
 
 
 def run(job: dict) -> dict:
-    from pytest_s2st.measure.memory import current_rss_mib, rss_rise
-
     start = current_rss_mib()  # the fresh process before the case's model is built: its RSS rise starts here
-    from pytest_s2st.cases import Case
-    from pytest_s2st.measure.determinism import seed_everything, set_threads
-    from pytest_s2st.measure.memory import MemoryProbe, resolve_memory_method
-    from pytest_s2st.pipelines.base import build_pipeline
+    from pytest_s2st.cases import Case  # lazy: heavy
 
     set_threads(int(job["threads"]))
     seed_everything(int(job["seed"]))
@@ -111,8 +110,6 @@ def run(job: dict) -> dict:
     with open(job["inputs"], "rb") as f:  # written by our parent into its private temp folder
         xs = pickle.load(f)
     if job.get("model"):
-        from pytest_s2st.pipelines.callable import from_function, is_pipeline
-
         try:
             with open(job["model"], "rb") as f:  # likewise ours
                 model = pickle.load(f)

@@ -9,6 +9,7 @@ from .inputs import finite
 from .limits import CompareLimit
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .rows import Row, SavedRow, mapping
+from .runtime_stats import own_times
 
 
 def saved_counterpart(row: Row, compared: Mapping[str, SavedRow]) -> SavedRow | None:
@@ -19,7 +20,7 @@ def saved_counterpart(row: Row, compared: Mapping[str, SavedRow]) -> SavedRow | 
 
 def unlike_work(row: Row, old: SavedRow) -> list[str]:
     """How the saved row's work differs from this row's (work.differences); [] when alike or not known."""
-    from .work import differences
+    from .work import differences  # lazy: plugin load
 
     return differences(old.work, row.work) if old.work and row.work else []
 
@@ -53,7 +54,7 @@ def _run_means(row: SavedRow) -> list[float] | None:
     rounds = details.get("rounds_s")
     if not rounds or entry is None or entry.value is None:
         return None
-    from .significance import usable
+    from .significance import usable  # lazy: heavy
 
     if usable(rounds) is None:
         return list(rounds) if isinstance(rounds, (list, tuple)) else [rounds]  # compare_runs: not finite
@@ -66,7 +67,7 @@ def runtime_change(old: SavedRow, new: SavedRow):
     before, after = _run_means(old), _run_means(new)
     if not before or not after:
         return None
-    from .significance import Change, compare_runs
+    from .significance import Change, compare_runs  # lazy: heavy
 
     name, why = runtime_statistic(old, new)
     if name is None:
@@ -94,8 +95,7 @@ def runtime_statistic(old: SavedRow, new: SavedRow) -> tuple[str | None, str]:
 
 def _own_rounds(row: SavedRow) -> list[float] | None:
     """A run's rounds less its thread's run-queue wait (measure/runqueue.py), or None without readings."""
-    from .runtime_stats import own_times
-    from .significance import usable
+    from .significance import usable  # lazy: heavy
 
     details = row.details("runtime_s")
     rounds, waits = usable(details.get("rounds_s")), usable(details.get("waited_s"))
@@ -103,7 +103,7 @@ def _own_rounds(row: SavedRow) -> list[float] | None:
 
 
 def _rounds_not_finite(old: SavedRow, new: SavedRow) -> bool:
-    from .significance import NOT_FINITE
+    from .significance import NOT_FINITE  # lazy: heavy
 
     change = runtime_change(old, new)
     return change is not None and change.word == NOT_FINITE
@@ -111,7 +111,7 @@ def _rounds_not_finite(old: SavedRow, new: SavedRow) -> bool:
 
 def _significantly_slower(old: SavedRow, new: SavedRow) -> bool:
     """A runtime regression must be significant; runs saved without rounds cannot show that."""
-    from .significance import SLOWER
+    from .significance import SLOWER  # lazy: heavy
 
     change = runtime_change(old, new)
     return change is not None and change.word == SLOWER
@@ -214,7 +214,7 @@ def insignificant(rows: Sequence[Row], compared: Mapping[str, SavedRow], limits:
 def ab_change(s2st: Mapping[str, Any]):
     """The paired change a measurement's A/B saved (runner._paired_runtime), as a significance.Change; None
     when the benchmark had no baseline."""
-    from .significance import Change
+    from .significance import Change  # lazy: heavy
 
     ab = s2st.get("ab")
     if not isinstance(ab, Mapping):
@@ -236,7 +236,7 @@ def ab_limits(s2st: Mapping[str, Any], limits: Iterable[CompareLimit],
     (``against`` names it in the lines: the A/B mode's word, ab.ABMode.against). The
     runtime limit is crossed when the paired ratio is past it and the paired interval says slower; a limit
     whose metric one side lacks, or an A/B without an interval, is unchecked (INCONCLUSIVE, never a pass)."""
-    from .significance import SLOWER
+    from .significance import SLOWER  # lazy: heavy
 
     change = ab_change(s2st)
     if change is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .errors import S2STError
 from .measure.record import Metric
 from .metrics import BY_NAME, INFERENCE_NAMES
 from .rounds import PRECISION_METHOD, relative_precision
@@ -56,8 +57,6 @@ class Measurement:
         # a metric the table lacks would vanish from a cascade's totals and every table: refused, named
         unknown = sorted(({*self.quality} | {k for s in self.stages for k in s.metrics}) - set(BY_NAME))
         if unknown:
-            from .errors import S2STError
-
             raise S2STError(f"{self.case_id}: metric(s) {', '.join(map(repr, unknown))} not in the metric table "
                             "(pytest_s2st/metrics.py METRICS): add a row there, or rename the measurement")
         return {

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from .inputs import finite
 from .runtime_stats import RUNTIME_STATISTIC
 
 INFERENCE, SERVICE = "inference", "service"
@@ -227,7 +228,6 @@ def service_value(summary: Mapping[str, Any], key: str) -> float | None:
     value = summary.get(metric)
     if stat is not None:
         value = value.get(stat) if isinstance(value, Mapping) else None
-    from .inputs import finite
 
     return finite(value)  # NaN/inf/a string in a summary: no value (the budget says why), never a number
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from .budget import FAIL, INCONCLUSIVE, PASS, Verdict
+from .budget import FAIL, INCONCLUSIVE, PASS, Verdict, check_budget, parse_budget, service_lookup
+from .judging import ab_limits, unmeasured_limits
+from .rows import SavedRow
+from .service.bench import evidence_reasons, gate_verdict
 
 
 @dataclass
@@ -27,8 +30,6 @@ class ItemFacts:
 
 def budget_gate(facts: ItemFacts) -> list[Verdict]:
     """s2st_budget limits against what the test measured; a budget over nothing measured is INCONCLUSIVE."""
-    from .budget import check_budget, parse_budget, service_lookup
-
     measurement, service = facts.measurement, facts.service
     verdicts = []
     for kwargs in facts.budgets:
@@ -71,8 +72,6 @@ def unjudged_gate(gate: Mapping[str, Any], measurement: Any) -> str:
 def service_gate(facts: ItemFacts) -> list[Verdict]:
     """A service level's evidence (failed requests, a run cut short, a level split by --s2st-level-parts not
     driven as asked) and its quality gate's saved verdict."""
-    from .service.bench import evidence_reasons, gate_verdict
-
     service = facts.service
     if service is None:
         return []
@@ -85,8 +84,7 @@ def service_gate(facts: ItemFacts) -> list[Verdict]:
 def ab_gate(facts: ItemFacts) -> list[Verdict]:
     """An in-process A/B under --s2st-compare-fail: FAIL past a limit, INCONCLUSIVE where one could not be
     checked; without limits the A/B is reported, not judged."""
-    from .ab import mode_of, record_of
-    from .judging import ab_limits
+    from .ab import mode_of, record_of  # lazy: heavy
 
     measurement = facts.measurement
     if measurement is None or measurement.baseline is None:
@@ -108,9 +106,6 @@ def unmeasured_gate(facts: ItemFacts) -> list[Verdict]:
     """--benchmark-compare with --s2st-compare-fail: a limit on a metric this run could not measure (instructions
     of a lambda, FLOPs turned off) is INCONCLUSIVE, one line per limit with the metric's reason, on this test --
     not a pass followed by "not checked" in the session's regressions, which leave it out."""
-    from .judging import unmeasured_limits
-    from .rows import SavedRow
-
     measurement = facts.measurement
     if measurement is None or measurement.baseline is not None or not facts.compare_fail or not facts.compare_saved:
         return []

@@ -193,10 +193,10 @@ def _n(series: Series, concurrency: int) -> str:
 def plot_service(results: Iterable[tuple[Any, dict]], out_dir: str | Path) -> list[Path]:
     """One PNG per case into out_dir (created): its tests' levels and the baseline served beside it, overlaid."""
     try:
-        import matplotlib
+        import matplotlib  # lazy: optional
 
         matplotlib.use("Agg")  # files only, no display
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: optional
     except ImportError as exc:
         raise S2STError("--s2st-plot needs matplotlib (install the plot extra: pip install -e '.[plot]' in the "
                         f"pytest-s2st clone): {exc}") from None

@@ -10,17 +10,19 @@ qwen_tts here; the core modules that need them are imported inside fixtures.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .errors import S2STError
-from .gate import gate_help, gate_signature
+from .gate import gate_help, gate_policy, gate_signature
+from .inputs import show
 from .metrics import budget_signature
 from .plugin_benchmark import START_RSS_KEY, S2STBenchmark, gate_where
 from .session import MEASUREMENT_KEY, SERVICE_KEY, SESSION_KEY, S2STSession, fail, session_of
-from .settings import SETTINGS, argparse_type
+from .settings import BY_NAME, SETTINGS, argparse_type
 
 S2ST_FIXTURES = {"s2st_case", "s2st_pipeline", "s2st_dataset", "s2st_service", "s2st_workload"}
 
@@ -38,7 +40,7 @@ SERVICE_PLUGIN = ("s2st_service", "pytest_s2st.plugin_service")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hookspec
+    from . import hookspec  # lazy: plugin load
 
     pluginmanager.add_hookspecs(hookspec)
 
@@ -49,8 +51,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     # An install from before that change still has the second entry point: it then finds the name taken and skips.
     name, module = SERVICE_PLUGIN
     if pluginmanager.get_plugin(name) is None and not pluginmanager.is_blocked(name):
-        import importlib
-
         service = importlib.import_module(module)
         if not pluginmanager.is_registered(service):
             pluginmanager.register(service, name)
@@ -75,8 +75,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """--s2st-processes N: N xdist workers that each run every test (--dist each); xdist's own cmdline_main, after
     this one, turns numprocesses into its workers. The controller folds their rows into one side (plugin_xdist)."""
-    from .settings import BY_NAME
-
     flag = config.getoption(BY_NAME["processes"].dest, None)
     ini = config.getini(BY_NAME["processes"].ini) if flag is None else None
     try:
@@ -100,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {help_text}")  # pytest reads the name before "("
     state = S2STSession(config)
     config.stash[SESSION_KEY] = state
-    from .benchmark_compat import narrow_columns
+    from .benchmark_compat import narrow_columns  # lazy: plugin load
 
     narrow_columns(config)  # pytest-benchmark's table within 120 columns unless --benchmark-columns says otherwise
     _install_progress(config)
@@ -115,12 +113,12 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.getoption("s2st_config") or state.ini("s2st_config"):
             state.load_cases()  # a bad config is a usage error before collection
         else:  # the embedded demo is staged under $S2ST_CACHE_DIR if a test asks for a case: a bad one is named now
-            from .tiny.cache import cache_root
+            from .tiny.cache import cache_root  # lazy: plugin load
 
             cache_root()
         for name in ("ab_base", "ab_pairs", "ab_round_s"):
             state.option(name)
-        from .ab.estimators import estimator
+        from .ab.estimators import estimator  # lazy: heavy
 
         try:  # a name, not a parser's form: a conftest registers its estimator after the command line is read
             estimator(state.option("ab_estimator"))
@@ -128,14 +126,14 @@ def pytest_configure(config: pytest.Config) -> None:
             raise S2STError(f"{state.source('ab_estimator')}: {exc}") from None
     except S2STError as exc:
         raise pytest.UsageError(str(exc)) from None
-    from .plugin_versions import configure as code_versions
+    from .plugin_versions import configure as code_versions  # lazy: plugin load
 
     code_versions(config, state)  # --s2st-ab-base's controller, or a worker it started
-    from .plugin_history import configure as history
+    from .plugin_history import configure as history  # lazy: plugin load
 
     history(config, state)  # --s2st-history: the session's rows appended to the results database
     if _xdist_distributes(config):  # -n N: workers time, the controller merges (plugin_xdist.py)
-        from .plugin_xdist import XdistGlue
+        from .plugin_xdist import XdistGlue  # lazy: plugin load
 
         config.pluginmanager.register(XdistGlue(config), "s2st-xdist")
 
@@ -158,7 +156,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """--s2st-shard i/n keeps its slice of the cases; under xdist a case's tests form one group."""
     shard = session_of(config).option("shard")
     if shard:
-        from .distribute import shard_partition
+        from .distribute import shard_partition  # lazy: plugin load
 
         def key(item: pytest.Item) -> str:  # a case's tests stay together; other tests by nodeid
             case = _case_of(item)
@@ -185,7 +183,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def _no_speech_case(metafunc: pytest.Metafunc, cases: list[Any], needs_level: bool) -> None:
     """A service benchmark with no case that serves speech: one skipped item that says why."""
-    from .pipelines.base import speech_types
+    from .pipelines.base import speech_types  # lazy: plugin load
 
     reason = (f"no configured case serves speech from text ({', '.join(c.case_id for c in cases)} do not); "
               f"add a {'/'.join(speech_types())} case or mark the test s2st_models(...)")
@@ -261,7 +259,7 @@ def _warn_embedded_default(metafunc: pytest.Metafunc, state: S2STSession, cases:
 
 def _check_level_parts(state: S2STSession, pairs: list[tuple[Any, int]]) -> None:
     """S2STError naming the flag (or ini key), the case and its config when N does not divide a level."""
-    from .service.parts import part_concurrency
+    from .service.parts import part_concurrency  # lazy: plugin load
 
     count = state.option("level_parts")
     for case, level in pairs:
@@ -275,7 +273,7 @@ def _level_parts(metafunc: pytest.Metafunc, state: S2STSession, pairs: list[tupl
     count = state.option("level_parts")
     if count <= 1 or "s2st_load" not in metafunc.fixturenames:
         return
-    from .service.parts import part_id
+    from .service.parts import part_id  # lazy: plugin load
 
     try:
         _check_level_parts(state, pairs)
@@ -300,8 +298,8 @@ def s2st_case(request: pytest.FixtureRequest):
 @pytest.fixture(scope="session")
 def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     """The case's pipeline, loaded once per session."""
-    from .measure.memory import settled_rss_mib
-    from .pipelines.base import build_pipeline
+    from .measure.memory import settled_rss_mib  # lazy: plugin load
+    from .pipelines.base import build_pipeline  # lazy: plugin load
 
     versions = session_of(request.config).code_versions
     if versions is not None and versions.controller:  # --s2st-ab-base: the workers build it, each in its tree
@@ -316,8 +314,7 @@ def s2st_pipeline(s2st_case, request: pytest.FixtureRequest):
     except S2STError as exc:
         fail(exc)
     except SystemExit as exc:  # no Exception: the factory's own guard lets it through
-        from .inputs import show
-        from .pipelines.callable import user_frame
+        from .pipelines.callable import user_frame  # lazy: plugin load
 
         at = user_frame(exc)
         fail(f"{s2st_case.config.path}: building the case's pipeline called sys.exit({show(repr(exc.code), 60)})"
@@ -354,7 +351,7 @@ PROGRESS_WRITER_KEY = pytest.StashKey["Any"]()
 def _install_progress(config: pytest.Config) -> None:
     """Long phases of the core (progress.phase: a valgrind count, a service level, a first model build) write a
     line every 10 s to the terminal, between the test's own output; none under -q."""
-    from . import progress
+    from . import progress  # lazy: plugin load
 
     tr_name, cap_name = "terminalreporter", "capturemanager"
 
@@ -374,14 +371,14 @@ def _install_progress(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     writer = config.stash.get(PROGRESS_WRITER_KEY, None)
     if writer is not None:
-        from . import progress
+        from . import progress  # lazy: plugin load
 
         progress.remove(writer)
 
 
 def _item_facts(item: pytest.Item) -> Any:
     """What the test brings to its verdict (outcome.GATES): its markers' keywords, what it measured, the limits."""
-    from .outcome import ItemFacts
+    from .outcome import ItemFacts  # lazy: plugin load
 
     measurement = item.stash.get(MEASUREMENT_KEY, None)
     gate = item.get_closest_marker("s2st_gate")
@@ -395,8 +392,8 @@ def _item_facts(item: pytest.Item) -> Any:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    from .budget import parse_budget
-    from .measure.memory import current_rss_mib, settled_rss_mib
+    from .budget import parse_budget  # lazy: plugin load
+    from .measure.memory import current_rss_mib, settled_rss_mib  # lazy: plugin load
 
     # before its fixtures: a test's own model counts in its RSS rise (garbage collected only where it is measured)
     item.stash[START_RSS_KEY] = settled_rss_mib() if "s2st_benchmark" in item.fixturenames else current_rss_mib()
@@ -408,8 +405,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             fail(exc)
     gate = item.get_closest_marker("s2st_gate")
     if gate is not None:
-        from .gate import gate_policy
-
         try:
             if gate.args:
                 raise S2STError(f"{gate_where(item)}: s2st_gate takes keyword arguments only, got {len(gate.args)} "
@@ -431,14 +426,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     measurement = item.stash.get(MEASUREMENT_KEY, None)
     if measurement is not None and measurement.baseline is not None:
-        from .judging import ab_change
+        from .judging import ab_change  # lazy: plugin load
 
         change = ab_change(measurement.to_dict())
         if change is not None:  # the evidence travels with the report: -rA, --report-log; junitxml's properties
             evidence = f"runtime candidate/baseline: {change.describe()}"
             report.sections.append(("s2st A/B", evidence))
             item.user_properties.append(("s2st_ab", evidence))  # junitxml reads the teardown report's
-    from .outcome import item_verdict
+    from .outcome import item_verdict  # lazy: plugin load
 
     verdict = item_verdict(_item_facts(item))
     if verdict is not None:
@@ -455,7 +450,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
 def pytest_benchmark_group_stats(config: pytest.Config, benchmarks: list, group_by: str):
     """pytest-benchmark's table leaves service levels out (the service table reports them; see
     benchmark_compat.without_service_levels); its saved JSON keeps them."""
-    from .benchmark_compat import without_service_levels
+    from .benchmark_compat import without_service_levels  # lazy: plugin load
 
     groups = yield
     kept, dropped = without_service_levels(groups)
@@ -480,6 +475,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     finally:
         state = config.stash.get(SESSION_KEY, None)
         if state is not None:
-            from .terminal import display
+            from .terminal import display  # lazy: plugin load
 
             display(state, terminalreporter)

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import S2STError
+from .gate import given_references
+from .measure.device import resolve_device
+from .metrics import BY_NAME
 from .session import fail, session_of
 from .settings import SETTINGS
 
@@ -30,7 +33,7 @@ def gate_where(item: pytest.Item) -> str:
 
 def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]:
     """(settings, RunSettings) of an s2st_benchmark call: the case's, else the session's."""
-    from .runner import RunSettings
+    from .runner import RunSettings  # lazy: heavy
 
     state = session_of(request.config)
     settings = case.settings if case else {s.name: state.option(s.name) for s in SETTINGS}
@@ -39,8 +42,6 @@ def _run_settings(request: pytest.FixtureRequest, case: Any) -> tuple[dict, Any]
         if case is not None:
             device = case.device()
         else:
-            from .measure.device import resolve_device
-
             device = resolve_device(state.pin_device(settings["device"]))
     except S2STError as exc:
         fail(exc)
@@ -74,7 +75,7 @@ class S2STBenchmark:
     --s2st-ab-estimator's)."""
 
     def __init__(self, request: pytest.FixtureRequest, benchmark: Any):
-        from .benchmark_compat import save_case_ids
+        from .benchmark_compat import save_case_ids  # lazy: plugin load
 
         save_case_ids(benchmark)
         self.request, self.benchmark = request, benchmark
@@ -101,7 +102,7 @@ class S2STBenchmark:
             measurement.info["identity"] = f"{self.node.path.name}::{self.node.name}"
             state.add_measurement(self.node, measurement)
             self._save(measurement)
-            from .benchmark_compat import record_rounds
+            from .benchmark_compat import record_rounds  # lazy: plugin load
 
             record_rounds(self.benchmark, versions.head_rounds(self.node))  # the head's row: JSON, history, compare
             self._hook_failed()
@@ -157,8 +158,8 @@ class S2STBenchmark:
 
     def _resolve(self, pipeline: Any, baseline: Any, dataset: Any, references: Any, own: bool) -> tuple:
         """(pipeline, baseline, inputs, references) as the runner takes them; a bad one fails the test."""
-        from .datasets import inputs_from
-        from .pipelines.callable import from_function, is_pipeline
+        from .datasets import inputs_from  # lazy: heavy
+        from .pipelines.callable import from_function, is_pipeline  # lazy: plugin load
 
         where = f"{self.node.nodeid}: s2st_benchmark(model, inputs)"
         try:
@@ -171,7 +172,6 @@ class S2STBenchmark:
                 if not own:
                     raise S2STError(f"{where}: references= scores your own callable's outputs; the case's pipeline "
                                     "takes its references from the config (general.references)")
-                from .gate import given_references
 
                 references = given_references(references, len(dataset), where)
         except S2STError as exc:
@@ -180,7 +180,7 @@ class S2STBenchmark:
 
     def _new_row(self, pipeline: Any) -> Any:
         """The row, in the session before it is measured: a stage that crashes half-way keeps what it measured."""
-        from .measurement import Measurement
+        from .measurement import Measurement  # lazy: plugin load
 
         case, node = self.case, self.node
         measurement = Measurement(case.case_id if case else node.name, pipeline.model_type)
@@ -195,9 +195,9 @@ class S2STBenchmark:
 
     def _measure(self, pipeline: Any, dataset: Any, run_settings: Any, measurement: Any, baseline: Any,
                  versions: CodeVersionsWorker | None) -> None:
-        from . import progress
-        from .benchmark_compat import fixture_timer, pedantic_until, timer_name
-        from .runner import measure_pipeline
+        from . import progress  # lazy: plugin load
+        from .benchmark_compat import fixture_timer, pedantic_until, timer_name  # lazy: plugin load
+        from .runner import measure_pipeline  # lazy: heavy
 
         benchmark = self.benchmark
 
@@ -225,7 +225,7 @@ class S2STBenchmark:
 
     def _translation(self, samples: list, measurement: Any, pipeline: Any) -> None:
         """The case's translation scores and gate (row_scores.py)."""
-        from .row_scores import score_case_row, translation_baseline
+        from .row_scores import score_case_row, translation_baseline  # lazy: plugin load
 
         state = self.state
         marker = self.node.get_closest_marker("s2st_gate")
@@ -242,7 +242,7 @@ class S2STBenchmark:
 
     def _given_translation(self, references: list, measurement: Any) -> None:
         """s2st_benchmark(fn, inputs, references=[...]): the callable's scores and gate (row_scores.py)."""
-        from .row_scores import score_given_row
+        from .row_scores import score_given_row  # lazy: plugin load
 
         case = self.case
         tokenize = case.settings.get("bleu_tokenize") if case is not None else self.state.option("bleu_tokenize")
@@ -257,7 +257,7 @@ class S2STBenchmark:
     def _save(self, measurement: Any) -> None:
         """Plugins see the measured row (pytest_s2st_row_measured), then it goes into pytest-benchmark's JSON. A
         plugin that raised fails the test with one line at its end (_hook_failed): the row is kept and shown."""
-        from .hookcall import call_hook
+        from .hookcall import call_hook  # lazy: plugin load
 
         config = self.request.config
         self.hook_error = call_hook(config, "pytest_s2st_row_measured", config=config, item=self.node,
@@ -271,8 +271,6 @@ class S2STBenchmark:
 
 
 def _drop_unknown_metrics(measurement: Any) -> None:
-    from .metrics import BY_NAME
-
     while measurement is not None:
         measurement.quality = {k: m for k, m in measurement.quality.items() if k in BY_NAME}
         for stage in measurement.stages:
@@ -281,8 +279,8 @@ def _drop_unknown_metrics(measurement: Any) -> None:
 
 
 def _dump(measurement: Any, case: Any, dump_dir: str) -> None:
-    from .dump import dump_waveforms
-    from .runs import safe_name
+    from .dump import dump_waveforms  # lazy: heavy
+    from .runs import safe_name  # lazy: plugin load
 
     general = case.config.general if case else {}
     speech = [o for o in measurement.outputs if isinstance(o, dict) and "waveform" in o]
@@ -299,7 +297,7 @@ def _progress_writer(config: pytest.Config, case_id: str):
     writer plugin._install_progress installed, so one line at a time and none under -q)."""
     if config.get_verbosity() < 0:
         return None
-    from . import progress
+    from . import progress  # lazy: plugin load
 
     def report(stage: str, phase: str, done: int, total: int) -> None:
         progress.write(f"s2st [{case_id}] {stage}: {phase} {done}/{total}")

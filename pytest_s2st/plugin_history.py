@@ -3,11 +3,16 @@ each new value against its series' window (history/changes.py). The controller d
 worker, never a code-version A/B worker (their rows come back to the controller)."""
 from __future__ import annotations
 
+import re
+import subprocess
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .benchmark_compat import session_document
 from .errors import S2STError
+from .metrics import BY_NAME
+from .plugin_benchmark import HISTORY_PRECISION
 
 if TYPE_CHECKING:
     from .protocols import SessionOptions
@@ -37,9 +42,8 @@ class HistoryRecorder:
 
     @pytest.hookimpl(trylast=True)  # after the verdicts and the A/B are in each row (session.finish)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from .benchmark_compat import session_document
-        from .history.records import from_document
-        from .history.store import open_store
+        from .history.records import from_document  # lazy: plugin load
+        from .history.store import open_store  # lazy: plugin load
 
         document = session_document(session.config)
         if document is None:
@@ -78,8 +82,6 @@ class HistoryRecorder:
 
 def _short_of_precision(doc: Any) -> list[str]:
     """One line per kept runtime that stopped short of the history's precision target (its interval as measured)."""
-    from .plugin_benchmark import HISTORY_PRECISION
-
     out = []
     for point in doc.points:
         if (point.metric, point.part, point.statistic) != ("runtime_s", "total", "mean") or None in (
@@ -96,10 +98,6 @@ def _short_of_precision(doc: Any) -> list[str]:
 def _add_subject(document: dict, root: Any) -> None:
     """The commit's subject line for the trend page's hover: pytest-benchmark's commit_info has none. Bounded: one
     line of at most 200 characters, 5 s; a tree that is not a git repository keeps none."""
-    import subprocess
-
-    import re
-
     info = document.get("commit_info")
     if not isinstance(info, dict) or not re.fullmatch(r"[0-9a-f]{4,64}", str(info.get("id"))) or info.get("subject"):
         return
@@ -115,10 +113,9 @@ def _add_subject(document: dict, root: Any) -> None:
 
 def _judge(store: Any, doc: Any, run_id: int | None, limits: tuple, window: int) -> list[str]:
     """Each new value of a limited metric against the values before it in its series (same branch, machine)."""
-    from .history.changes import window_alert
-    from .history.judge import higher_is_better, standard_error
-    from .history.series import SeriesKey
-    from .metrics import BY_NAME
+    from .history.changes import window_alert  # lazy: plugin load
+    from .history.judge import higher_is_better, standard_error  # lazy: plugin load
+    from .history.series import SeriesKey  # lazy: plugin load
 
     alerts = []
     by_metric = {metric: (test, boundary) for metric, test, boundary in limits}

@@ -9,15 +9,22 @@ object (session.py) with plugin.py.
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .benchmark_compat import compared_mapping, save_case_ids
+from .budget import parse_budget
 from .errors import S2STError
+from .gate import baseline_from_compare, gate_policy
+from .metrics import SERVICE_BUDGETS
 from .runs import level_dir, safe_name
-from .service.bench import Service, start_reference_server, stop_service
-from .session import fail, session_of
+from .service.bench import (Service, judge_level, level_bound_s, paired_order, run_level, run_paired,
+                            start_reference_server, stop_service)
+from .session import SERVICE_KEY, fail, session_of
+from .workload import load_workload
 
 
 @pytest.fixture(scope="session")
@@ -39,8 +46,6 @@ def s2st_service(request: pytest.FixtureRequest, s2st_case, tmp_path_factory):
 @pytest.fixture(scope="session")
 def s2st_workload(s2st_case):
     """The case's workload items ({id, text, language, voice, seed}); default: the shipped 12 sentences."""
-    from .workload import load_workload
-
     path = s2st_case.config.general.get("workload") or s2st_case.settings.get("workload")
     try:
         return load_workload(path)
@@ -61,8 +66,6 @@ def _baseline_service(request: pytest.FixtureRequest, config_path: str) -> tuple
 
 
 def _gate_policy(request: pytest.FixtureRequest, case: Any) -> Any:
-    from .gate import gate_policy
-
     marker = request.node.get_closest_marker("s2st_gate")
     if marker and marker.args:
         fail(f"{request.node.nodeid}: s2st_gate takes keyword arguments only")
@@ -81,9 +84,6 @@ def _test_name(request: pytest.FixtureRequest) -> str:
 
 def _baseline_dir(request: pytest.FixtureRequest, case_id: str, concurrency: int, paired: dict | None) -> Path | None:
     """Where the gate's baseline evidence is: the paired run, --s2st-baseline, or the compared run's."""
-    from .benchmark_compat import compared_mapping
-    from .gate import baseline_from_compare
-
     state = session_of(request.config)
     if paired is not None:
         return Path(paired["evidence_dir"])
@@ -99,9 +99,7 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
     With a quality policy (config ``quality:`` / ``@pytest.mark.s2st_gate``) the run is the candidate,
     judged against its baseline after the load (scoring never runs inside the timed region).
     """
-    from .benchmark_compat import save_case_ids
-    from .service.bench import judge_level, paired_order, run_level, run_paired
-    from .service.options import SETTING_NAMES
+    from .service.options import SETTING_NAMES  # lazy: heavy
 
     save_case_ids(benchmark)
     state = session_of(request.config)
@@ -162,9 +160,6 @@ def s2st_load(request: pytest.FixtureRequest, benchmark):
 def _service_budgets(request: pytest.FixtureRequest) -> dict[str, float]:
     """The service keywords of the test's s2st_budget markers (the closest marker wins); a bad marker is left to
     the verdict, which reports it in one line."""
-    from .budget import parse_budget
-    from .metrics import SERVICE_BUDGETS
-
     out: dict[str, float] = {}
     for marker in request.node.iter_markers("s2st_budget"):
         try:
@@ -179,7 +174,7 @@ def _service_budgets(request: pytest.FixtureRequest) -> dict[str, float]:
 
 def _level_part(request: pytest.FixtureRequest) -> tuple[int, int] | None:
     """(k, N) of an item parametrized by --s2st-level-parts N (id ``[<case>-c<level>-p<k>of<N>]``), else None."""
-    from .service.parts import parse_part_id
+    from .service.parts import parse_part_id  # lazy: plugin load
 
     callspec = getattr(request.node, "callspec", None)
     value = callspec.params.get("s2st_level_part") if callspec is not None else None
@@ -191,8 +186,8 @@ class _Part:
 
     def __init__(self, request: pytest.FixtureRequest, part: tuple[int, int], concurrency: int, level: Path,
                  settings: Any, case_id: str, benchmark: Any) -> None:
-        from .service.arrivals import from_settings
-        from .service.parts import part_concurrency, part_id
+        from .service.arrivals import from_settings  # lazy: heavy
+        from .service.parts import part_concurrency, part_id  # lazy: plugin load
 
         state = session_of(request.config)
         self.request, self.benchmark, self.state = request, benchmark, state
@@ -214,8 +209,6 @@ class _Part:
         return self.index == 1 if self.concurrent else self.index == self.count
 
     def record(self, data: dict, key: str = "s2st_service_part") -> None:
-        from .session import SERVICE_KEY
-
         self.request.node.stash[SERVICE_KEY] = data
         self.benchmark.extra_info[key] = data
 
@@ -235,7 +228,7 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
     all N arrived, every part drives part 1's server, and part 1 waits for the others to finish and merges.
     Without workers (-n 0) the parts run one after another, without a rendezvous; the last one merges, and
     the level is INCONCLUSIVE: it was not driven at its concurrency."""
-    from .service.parts import merge_parts, part_id
+    from .service.parts import merge_parts, part_id  # lazy: plugin load
 
     state = session_of(request.config)
     if policy is not None:
@@ -266,10 +259,9 @@ def _run_part(request: pytest.FixtureRequest, part: tuple[int, int], service: Se
 def _rendezvous(p: _Part, service: Service) -> Service | None:
     """Under xdist: say this part is ready, wait (bounded) until all N are, and return the server every part drives
     (part 1's), at the common release instant; None when a part did not arrive (recorded as not driven)."""
-    import time
-
+    # lazy: heavy
     from .service import client  # noqa: F401  -- imported before the rendezvous, not after it
-    from .service.parts import mark, release_at, sleep_until, wait_for
+    from .service.parts import mark, release_at, sleep_until, wait_for  # lazy: plugin load
 
     mark(p.level, p.index, p.count, "ready", {"worker": p.state.worker, "endpoint": service.endpoint,
                                                "identity": service.identity, "external": service.external,
@@ -288,8 +280,7 @@ def _rendezvous(p: _Part, service: Service) -> Service | None:
 
 def _drive_part(p: _Part, service: Service, workload: list[dict], targets: Any, timed: Any) -> tuple[Any, dict]:
     """This part's own load: its rotation of the workload at c/N into <level>/p<k>of<N>, then marked done."""
-    from .service.bench import run_level
-    from .service.parts import mark, rotate
+    from .service.parts import mark, rotate  # lazy: plugin load
 
     result, data = run_level(service, rotate(workload, p.index, p.count), p.sub, p.level / p.pid, p.part_settings,
                              targets, None, timed)
@@ -303,8 +294,7 @@ def _drive_part(p: _Part, service: Service, workload: list[dict], targets: Any, 
 def _await_parts(p: _Part, workload: list[dict], data: dict) -> dict | None:
     """On the merging part: every part's done record (waited for, bounded, when they run at once); None when one is
     missing (recorded as not driven, no merged level)."""
-    from .service.bench import level_bound_s
-    from .service.parts import wait_for
+    from .service.parts import wait_for  # lazy: plugin load
 
     n = p.settings.get("requests") or len(workload)
     done, missing = wait_for(p.level, p.count, "done", p.wait + level_bound_s(p.part_settings, n, p.sub)
@@ -320,8 +310,8 @@ def _await_parts(p: _Part, workload: list[dict], data: dict) -> dict | None:
 def _merged_level(p: _Part, data: dict, done: dict, records: Any, summary: dict, facts: list[dict]) -> dict:
     """The merged level's service record: the union's summary (rates as one process counts them), the parts'
     facts, and why it is INCONCLUSIVE when the parts ran one after another."""
-    from .service.record import set_rates
-    from .service.parts import METHOD, part_id
+    from .service.record import set_rates  # lazy: heavy
+    from .service.parts import METHOD, part_id  # lazy: plugin load
 
     set_rates(summary, records, summary["n"], summary["wall_s"], p.arrival)  # requests sent, as one process counts them
     starts = [f["measured_start_s"] for f in facts]
@@ -364,7 +354,7 @@ def _service_row(benchmark: Any, data: dict) -> None:
 
 def _write_merged_level(p: _Part, records: Any, summary: dict, merged: dict) -> None:
     """The merged level on disk (as one client's level) and in the session's service table."""
-    from .service.parts import write_merged
+    from .service.parts import write_merged  # lazy: plugin load
 
     try:
         write_merged(p.level, records, summary, concurrency=p.concurrency, endpoint=merged["endpoint"],

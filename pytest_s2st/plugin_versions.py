@@ -7,7 +7,11 @@ benchmarks as usual, except that each one's timed rounds are the ones the contro
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -15,6 +19,7 @@ import pytest
 
 from .errors import S2STError
 from .session import fail
+from .versions.channel import worker_spec
 
 if TYPE_CHECKING:
     from .measurement import Measurement
@@ -37,8 +42,6 @@ def worker_settings(spec: dict) -> dict:
 def configure(config: pytest.Config, state: SessionState) -> None:
     """Registers the controller (--s2st-ab-base) or the worker (started by a controller); refuses what cannot
     go with it before any test runs."""
-    from .versions.channel import worker_spec
-
     spec = worker_spec()
     if spec is not None:
         state.explicit.update(worker_settings(spec))
@@ -69,7 +72,7 @@ class VersionsController:
     controller: Literal[True] = True  # protocols.CodeVersions tells the two apart by it
 
     def __init__(self, config: pytest.Config, state: SessionState, ref: str):
-        from .versions.worktree import Worktree
+        from .versions.worktree import Worktree  # lazy: plugin load
 
         self.config, self.state, self.ref = config, state, ref
         self.start = Path(config.invocation_params.dir)
@@ -79,9 +82,9 @@ class VersionsController:
         self.compared: dict[str, Any] = {}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .ab.stopping import StoppingRule
-        from .versions.driver import Driver, Side, worker_args
-        from .versions.paths import BasePaths
+        from .ab.stopping import StoppingRule  # lazy: heavy
+        from .versions.driver import Driver, Side, worker_args  # lazy: heavy
+        from .versions.paths import BasePaths  # lazy: plugin load
 
         items = [item.nodeid for item in session.items if "s2st_benchmark" in getattr(item, "fixturenames", ())]
         if not items:
@@ -101,7 +104,7 @@ class VersionsController:
     def estimator(self, chosen: str | None = None) -> Any:
         """The A/B estimator of a test: the one it chose (``s2st_benchmark(..., ab_estimator=)``), else
         --s2st-ab-estimator's (checked when the session was configured)."""
-        from .ab import estimators
+        from .ab import estimators  # lazy: heavy
 
         if chosen is None:
             return estimators.estimator(self.state.option("ab_estimator"))
@@ -113,8 +116,8 @@ class VersionsController:
     def compare(self, item: Node, ab_estimator: str | None = None) -> Measurement:
         """The test's measurement: the head's, its baseline the base's, ``info["ab"]`` the paired change by the
         test's estimator (``ab_estimator``, else the session's)."""
-        from .ab.code_versions import ab_record
-        from .measurement import Measurement
+        from .ab.code_versions import ab_record  # lazy: heavy
+        from .measurement import Measurement  # lazy: plugin load
 
         if self.driver is None:
             fail(f"--s2st-ab-base {self.ref}: no worker runs {item.nodeid}")
@@ -152,7 +155,7 @@ class VersionsWorker:
     controller: Literal[False] = False
 
     def __init__(self, config: pytest.Config, spec: dict):
-        from .versions.worker import Worker
+        from .versions.worker import Worker  # lazy: plugin load
 
         self.config = config
         try:
@@ -170,7 +173,7 @@ class VersionsWorker:
             items[:] = kept
 
     def serve(self, item: Node, rounds: TimedRounds, model: Any = None) -> None:
-        from .versions.worker import Skipped
+        from .versions.worker import Skipped  # lazy: plugin load
 
         origins = {"benchmark module": _file_of(getattr(item, "module", None)),
                    "model module": _file_of(model) if model is not None else None}
@@ -203,10 +206,6 @@ class VersionsWorker:
 
 def _file_of(obj: Any) -> str | None:
     """The file the module of ``obj`` (a module, function, method, class, partial or instance) was loaded from."""
-    import functools
-    import inspect
-    import sys
-
     if obj is None:
         return None
     while isinstance(obj, functools.partial):
@@ -225,8 +224,6 @@ _PLACE = r'File "([^"]+)", line (\d+)|^\s*([^\s:"]+\.py):(\d+)'  # a Python trac
 
 def error_line(text: str) -> str:
     """pytest's long report as one line: the error's last line and the last place (file:line) it names."""
-    import re
-
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
     places = [":".join(g for g in m.groups() if g) for line in lines for m in [re.search(_PLACE, line)] if m]

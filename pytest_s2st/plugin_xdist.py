@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import tempfile
 from typing import Any
 
 import pytest
 
 from .benchmark_compat import absorb_benchmarks, enable_under_xdist, export_benchmarks
+from .distribute import fold_worker_payloads
 from .session import session_of
 
 PAYLOAD = "s2st"  # key in workeroutput
@@ -36,7 +39,7 @@ def level_parts_scheduler(config: pytest.Config, log: Any) -> Any:
     levels' rendezvous in the same order (no worker holds a part another part waits for behind its own
     part of a later level), and xdist's own rule -- a worker runs an item once it has the next one or is
     told to shut down -- still feeds every worker. The other items follow as loadgroup schedules them."""
-    from xdist.scheduler import LoadGroupScheduling
+    from xdist.scheduler import LoadGroupScheduling  # lazy: optional
 
     class LevelPartsScheduling(LoadGroupScheduling):
         def schedule(self) -> None:
@@ -111,10 +114,7 @@ class XdistGlue:
         node.workerinput["s2st_evidence_root"] = session_of(self.config).plan_evidence_root()
         if self.repeats:  # the lock file the workers take turns on (session.timing_turn)
             if self._turn is None:
-                import tempfile
-
                 handle, self._turn = tempfile.mkstemp(prefix="s2st-turn-")
-                import os
 
                 os.close(handle)
             node.workerinput["s2st_turn"] = self._turn
@@ -173,15 +173,11 @@ class _FoldRepeats:
     def pytest_sessionfinish(self, session: pytest.Session):
         glue = self.glue
         if glue._payloads:
-            from .distribute import fold_worker_payloads
-
             folded = fold_worker_payloads(glue._payloads)
             session_of(glue.config).absorb(folded["session"])
             absorb_benchmarks(glue.config, folded["benchmarks"])
             glue._payloads = []
         if glue._turn is not None:
-            import os
-
             with contextlib.suppress(OSError):
                 os.unlink(glue._turn)
         yield

@@ -3,6 +3,7 @@ table (what it judges is judging.py's; the service table is report_service.py's)
 metric table (metrics.py)."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Callable, Mapping, Sequence
 
 from .inputs import finite
@@ -10,6 +11,7 @@ from .judging import runtime_change, saved_counterpart, unlike_work
 from .metrics import BY_NAME, INFERENCE_METRICS, column_format
 from .metrics import format_value as fmt_metric  # name -> its table formatter
 from .rows import Row, SavedMetric, SavedRow
+from .runtime_stats import saved_statistic
 
 # the inference columns, in table order (metrics.py holds titles, units and formats)
 COLUMNS = tuple((m.name, m.title) for m in INFERENCE_METRICS if m.column)
@@ -33,7 +35,7 @@ def precision_text(name: str, metric: Mapping[str, Any]) -> str:
     details = metric.get("details") or {}
     if name != "runtime_s" or not isinstance(details, Mapping) or not details.get("rounds_s"):
         return ""
-    from .significance import MIN_ROUNDS
+    from .significance import MIN_ROUNDS  # lazy: heavy
 
     n = len(details["rounds_s"])
     # below compare's minimum an interval says nothing (2 rounds gave "±762%"): say so instead, 1 round too
@@ -165,8 +167,6 @@ def table_notes(rows: Sequence[Row]) -> list[str]:
 def statistic_names(rows: Sequence[Row], plural: str = "") -> str:
     """The statistics the rows' runtimes hold (runtime_stats.saved_statistic, by name): 'mean', or 'mean/median';
     ``plural`` ('s') follows each name."""
-    from .runtime_stats import saved_statistic
-
     names = []
     for row in rows:
         try:
@@ -177,7 +177,7 @@ def statistic_names(rows: Sequence[Row], plural: str = "") -> str:
 
 
 def _min_rounds() -> int:
-    from .significance import MIN_ROUNDS
+    from .significance import MIN_ROUNDS  # lazy: heavy
 
     return MIN_ROUNDS
 
@@ -215,7 +215,7 @@ def cell(key: str, metric: SavedMetric | None, fmt: Callable[[float | None], str
 def missing_notes(rows: Sequence[Row]) -> list[str]:
     """One line per n/a cell that says why (missing evidence is never a silent 0), and per partial cell what it
     left out."""
-    from .measure.flops import uncounted_text
+    from .measure.flops import uncounted_text  # lazy: plugin load
 
     notes = []
     for row in rows:
@@ -232,8 +232,6 @@ def missing_notes(rows: Sequence[Row]) -> list[str]:
 
 def wrap(lines: Sequence[str], width: int = 120) -> list[str]:
     """Notes under a table, each wrapped to the terminal width the tables keep (continuations indented)."""
-    import textwrap
-
     out: list[str] = []
     for line in lines:
         out += textwrap.wrap(line, width, subsequent_indent="    ", break_long_words=False,

@@ -8,6 +8,12 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Mapping
 
 from .errors import S2STError
+from .gate import REFERENCES_SOURCE, gate_policy, given_reference_scores
+from .measure.record import Metric
+from .pipelines.base import build_pipeline
+from .quality.translation import (SPEECH_METRICS, TEXT_METRICS, judge_translation, measure_speech, measure_translation,
+                                  missing_metrics, no_scores_reason, run_outputs, target_language, translation_keys)
+from .quality.verdict import Verdict
 
 
 def score_case_row(case: Any, samples: list, measurement: Any, pipeline: Any, gate_kwargs: Mapping | None,
@@ -16,11 +22,6 @@ def score_case_row(case: Any, samples: list, measurement: Any, pipeline: Any, ga
     (after every pass, never timed) into the row; with translation thresholds in the frozen policy, the gate's
     verdict (measurement.gate). ``gate_where``: where the s2st_gate marker was written (None: no marker);
     ``baseline_of(path)``: a quality.baseline config's translation metrics (translation_baseline)."""
-    from .gate import gate_policy
-    from .measure.record import Metric
-    from .quality.translation import judge_translation, translation_keys
-    from .quality.verdict import Verdict
-
     where = str(case.config.path)
     scores = case_translation_scores(case, samples, [s.name for s in measurement.stages],
                                      measurement.stage_outputs, pipeline, where)
@@ -45,11 +46,6 @@ def score_given_row(quality: Mapping | None, references: list, measurement: Any,
     with translation thresholds in the policy (the s2st_gate marker over a case's quality: section), the verdict.
     Drop thresholds need a baseline's scores, which a callable has not: INCONCLUSIVE with the reason.
     ``quality``: the case's quality: section (None without a case); ``where`` names it, or the marker."""
-    from .gate import REFERENCES_SOURCE, gate_policy, given_reference_scores
-    from .measure.record import Metric
-    from .quality.translation import judge_translation, translation_keys
-    from .quality.verdict import Verdict
-
     scores = given_reference_scores([s.name for s in measurement.stages], measurement.stage_outputs, references,
                                     tokenize)
     measurement.quality.update({name: Metric.from_dict(m) for name, m in scores.items()})
@@ -67,9 +63,7 @@ def score_given_row(quality: Mapping | None, references: list, measurement: Any,
 def case_translation_scores(case: Any, samples: list, names: list, outputs: list, pipeline: Any, where: str) -> dict:
     """Every translation metric of a case's outputs (Metric dicts): BLEU/chrF of its last text stage, ASR-BLEU/
     ASR-chrF of its final speech; a metric it could not score carries the reason (value None)."""
-    from .quality.scorers import asr_backend
-    from .quality.translation import (SPEECH_METRICS, TEXT_METRICS, measure_speech, measure_translation,
-                                      missing_metrics, no_scores_reason, target_language)
+    from .quality.scorers import asr_backend  # lazy: heavy
 
     general = case.config.general
     references = general.get("references")
@@ -99,8 +93,6 @@ def translation_baseline(path: str, cache: dict[str, dict], measured: Iterable[A
         if row.info.get("config") == path and row.quality:
             cache[path] = {k: m.to_dict() for k, m in row.quality.items()}
             return cache[path]
-    from .pipelines.base import build_pipeline
-    from .quality.translation import run_outputs
 
     case = load_case(path)
     samples = case.samples(f"{path} (quality.baseline)")

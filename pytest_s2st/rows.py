@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .inputs import finite, show
+from .measure.record import Metric
+from .runtime_stats import saved_statistic
 
 
 def mapping(value: Any) -> Mapping[str, Any]:
@@ -36,8 +38,6 @@ class SavedMetric:
 
     def to_dict(self) -> dict[str, Any]:
         """Metric.to_dict's shape: value and method, the reason and details when there are any."""
-        from .measure.record import Metric
-
         return Metric(self.value, self.method, self.reason, dict(self.details)).to_dict()
 
     @property
@@ -91,8 +91,6 @@ class SavedRow:
 
     def statistic(self) -> str:
         """The statistic its runtime holds (runtime_stats.saved_statistic); ValueError when it names none known."""
-        from .runtime_stats import saved_statistic
-
         entry = self.metrics.get("runtime_s")
         return saved_statistic(entry.to_dict() if entry is not None else None)
 
@@ -125,7 +123,7 @@ def identity(s2st: Mapping[str, Any], fullname: str) -> str:
 
 
 def rows_from(name: str, fullname: str, s2st: Mapping[str, Any], status: str = "") -> list[Row]:
-    from .work import work_of
+    from .work import work_of  # lazy: plugin load
 
     key = identity(s2st, fullname)
     work = work_of(s2st)
@@ -144,7 +142,7 @@ def compared_rows(saved: Mapping[str, Any]) -> dict[str, SavedRow]:
     s2st = extra.get("s2st") if isinstance(extra, Mapping) else None
     if not isinstance(s2st, Mapping) or not s2st:
         return {}
-    from .work import work_of
+    from .work import work_of  # lazy: plugin load
 
     key = identity(s2st, str(saved.get("fullname")))
     work = work_of(s2st)

@@ -18,7 +18,7 @@ rounds as ``RoundPolicy`` says; an in-process A/B's baseline rounds beside them 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from .ab import paired_modes
@@ -26,16 +26,22 @@ from .ab.estimators import chosen
 from .ab.inprocess import AB_MIN_PAIRS
 from .ab.mode import PairContext
 from .ab.record import IN_PROCESS, MEDIAN
+from .errors import S2STError
+from .inputs import show
+from .isolated import isolated_memory
 from .measure.device import Device
 from .measure.determinism import runtime_info, seed_everything, set_threads
 from .measure.flops import count_flops, strict_flops
 from .measure.instructions import InstructionPass
-from .measure.memory import MemoryProbe, resolve_memory_method, rss_rise
+from .measure.memory import MemoryProbe, current_rss_mib, resolve_memory_method, rss_rise
 from .measure.tensor_memory import TENSOR_NOTE, measure_tensor_memory, probe_call
 from .measure.record import Metric, mib_summary
 from .measurement import Measurement, StageResult, mark_uncounted
 from .metrics import INFERENCE_NAMES
+from .pipelines.callable import user_frame
 from .rounds import PROGRESS_EVERY, Progress, RoundPolicy, TimedRounds
+from .settings import BY_NAME
+from .work import inputs_fingerprint
 
 DEFAULT_MIN_ROUNDS = 5  # timed rounds at least under the warm protocol: significance.MIN_ROUNDS, an interval
 PROTOCOLS = {
@@ -81,8 +87,6 @@ class RunSettings:
         """Every field named like a setting of the table (settings.SETTINGS) takes that setting's resolved value
         from ``settings`` (a case's, or the session's: precedence and errors are settled there); ``given``
         holds what the table has not (the resolved ``device``, ``fill_time``, ``case``) and wins."""
-        from .settings import BY_NAME
-
         table = {f.name: settings[f.name] for f in fields(cls) if f.name in BY_NAME and f.name not in given}
         return cls(**table, **given)
 
@@ -247,7 +251,6 @@ def _isolated_memory(measurement: Measurement, settings: RunSettings, inputs: Se
     """--s2st-isolate: the stages' memory metrics from a fresh process (isolated.py)."""
     if not settings.isolate or settings.memory == "off":
         return
-    from .isolated import isolated_memory
 
     measurement.info["memory_isolated"] = True
     results = isolated_memory(settings.case, inputs, method=settings.memory, warmup=settings.warmup,
@@ -269,10 +272,6 @@ def measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *,
         return _measure_pipeline(pipeline, samples, settings, case_id=case_id, drive_timing=drive_timing,
                                  measurement=measurement, progress=progress, baseline=baseline)
     except SystemExit as exc:
-        from .errors import S2STError
-        from .inputs import show
-        from .pipelines.callable import user_frame
-
         at = user_frame(exc)
         raise S2STError(f"the benchmarked model called sys.exit({show(repr(exc.code), 60)})"
                         f"{f' at {show(at)}' if at else ''}: a model returns its output; nothing after that call "
@@ -285,13 +284,9 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
     if not samples:
         raise ValueError("empty dataset")
     if baseline is not None and settings.runtime_protocol != "warm":
-        from .errors import S2STError
-
         raise S2STError(f"an in-process A/B (s2st_benchmark(..., baseline=...)) times both sides under the warm "
                         f"runtime protocol; got --s2st-runtime-protocol {settings.runtime_protocol}")
     if baseline is not None and settings.ab_mode not in paired_modes():
-        from .errors import S2STError
-
         raise S2STError(f"s2st_benchmark(..., ab_mode={settings.ab_mode!r}): not an A/B mode chosen per test; "
                         f"known: {', '.join(map(repr, paired_modes()))}")
     estimator = chosen(settings.ab_estimator) if baseline is not None else None
@@ -299,10 +294,6 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
         raise ValueError(f"unknown runtime protocol {settings.runtime_protocol!r}; known: {', '.join(PROTOCOLS)}")
     measurement = measurement or Measurement(case_id, pipeline.model_type)
     if settings.start_rss_mib is None:  # no earlier start known: the measurement's own (the model already built)
-        from dataclasses import replace
-
-        from .measure.memory import current_rss_mib
-
         settings = replace(settings, start_rss_mib=current_rss_mib(),
                            start_what="when its measurement began (the model already built)")
     threads = set_threads(settings.threads)
@@ -447,6 +438,4 @@ def _probe_metrics(measurement: Measurement, rounds: TimedRounds) -> None:
 
 
 def _inputs_fingerprint(samples: Any) -> str | None:
-    from .work import inputs_fingerprint
-
     return inputs_fingerprint(samples)

@@ -29,15 +29,16 @@ REFUSED = "only plain containers, numbers, strings, numpy arrays and torch tenso
 
 def _np_core():
     try:
+        # lazy: optional
         import numpy._core as core  # numpy >= 2
     except ImportError:  # pragma: no cover - numpy 1.x
-        import numpy.core as core
+        import numpy.core as core  # lazy: optional
     return core
 
 
 def _torch():
     try:
-        import torch
+        import torch  # lazy: optional
     except ImportError:
         raise S2STError("holds torch tensors; install torch to read it") from None
     return torch

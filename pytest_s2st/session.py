@@ -7,6 +7,8 @@ import this module and never each other.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import secrets
 import tempfile
@@ -17,8 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .errors import S2STError
+from .inputs import show
 from .results import Record, SessionVerdicts
-from .settings import SETTINGS
+from .settings import BY_NAME, SETTINGS
+from .settings import path as check_path
 
 if TYPE_CHECKING:
     from .protocols import CodeVersions
@@ -79,15 +83,14 @@ class S2STSession:
         """A session-wide setting by precedence: command line, ini, default."""
         if name in self.explicit:
             return self.explicit[name]
-        from .cases import resolve_settings
+        from .cases import resolve_settings  # lazy: heavy
 
         return resolve_settings({}, self.explicit, self.ini, lambda key: key)[name]
 
     def adopt_benchmark_options(self) -> None:
         """pytest-benchmark's round options become the s2st settings they mean (command-line values, like
         the --s2st- flags); one that disagrees with its explicit --s2st- twin is a usage error."""
-        from .benchmark_compat import benchmark_twins
-        from .settings import BY_NAME
+        from .benchmark_compat import benchmark_twins  # lazy: plugin load
 
         twins, self.benchmark_refusals = benchmark_twins(self.config)
         self.fill_time = bool(twins.pop("fill_time", False))
@@ -110,8 +113,6 @@ class S2STSession:
 
     def source(self, name: str) -> str:
         """Where a session-wide setting's value came from, for error lines: flag, ini key or default."""
-        from .settings import BY_NAME
-
         setting = BY_NAME[name]
         if name in self.explicit:
             return setting.flag
@@ -121,7 +122,7 @@ class S2STSession:
 
     def pin_device(self, asked: str) -> str:
         """On xdist worker gwK, 'cuda'/'npu' become '<kind>:<K mod count>' (distribute.worker_device)."""
-        from .distribute import accelerator_count, worker_device, worker_index
+        from .distribute import accelerator_count, worker_device, worker_index  # lazy: plugin load
 
         return worker_device(asked, worker_index(self.worker), accelerator_count)
 
@@ -137,12 +138,10 @@ class S2STSession:
                 raise S2STError(f"{self.source(name)}: {base} is not a directory")
 
     def config_paths(self) -> list[Any]:
-        from .settings import path as check_path
-
         flag = self.config.getoption("s2st_config")
         paths = flag or self.ini("s2st_config")
         if not paths:
-            from .defaults import default_config_paths
+            from .defaults import default_config_paths  # lazy: plugin load
 
             paths = default_config_paths()
         for p in paths:
@@ -155,7 +154,7 @@ class S2STSession:
     def load_cases(self) -> list[Any]:
         """Every configured case, resolved once (S2STError on a bad config or a duplicate case id)."""
         if self.cases is None:
-            from .cases import load_case
+            from .cases import load_case  # lazy: heavy
 
             cases = [load_case(p, self.explicit, self.ini) for p in self.config_paths()]
             seen: dict[str, Any] = {}
@@ -173,8 +172,8 @@ class S2STSession:
         if not self.option("endpoint") or self.config.getoption("s2st_config") or self.ini("s2st_config"):
             return None
         if self._external_case is None:
-            from .cases import external_case
-            from .service.bench import external_case_name
+            from .cases import external_case  # lazy: heavy
+            from .service.bench import external_case_name  # lazy: plugin load
 
             case_id, _ = external_case_name(self.option("endpoint"))
             self._external_case = external_case(case_id, self.explicit, self.ini)
@@ -182,7 +181,7 @@ class S2STSession:
 
     def load_extra_case(self, path: str) -> Any:
         """A case outside the configured ones (a quality baseline), resolved the same way."""
-        from .cases import load_case
+        from .cases import load_case  # lazy: heavy
 
         return load_case(path, self.explicit, self.ini)
 
@@ -210,7 +209,6 @@ class S2STSession:
         if not path:
             yield
             return
-        import fcntl
 
         with open(path, "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -293,7 +291,7 @@ class S2STSession:
         return local + sorted(self.remote_results, key=lambda r: r.nodeid)
 
     def rows(self) -> list[Any]:
-        from .rows import rows_from
+        from .rows import rows_from  # lazy: plugin load
 
         rows = []
         for r in self.records():
@@ -321,9 +319,9 @@ class S2STSession:
 
     def compared(self) -> dict[str, Any]:
         """{fullname[::stage]: saved metrics} of the run --benchmark-compare loaded."""
-        from .benchmark_compat import compared_mapping
-        from .distribute import malformed_s2st
-        from .rows import compared_rows
+        from .benchmark_compat import compared_mapping  # lazy: plugin load
+        from .distribute import malformed_s2st  # lazy: plugin load
+        from .rows import compared_rows  # lazy: plugin load
 
         out: dict[str, Any] = {}
         self.compare_faults: dict[str, str] = {}  # {fullname: the saved entry's fault, naming file and key}
@@ -340,7 +338,7 @@ class S2STSession:
         limits = self.option("compare_fail")
         if not limits or not (self.results or self.remote_results):
             return [], []
-        from .judging import judge_limits
+        from .judging import judge_limits  # lazy: plugin load
 
         if self.config.getoption("benchmark_compare", None):
             compared = self.compared()
@@ -356,7 +354,7 @@ class S2STSession:
         if self.worker:  # the controller does all of it once, over every worker's rows
             return
         if self.service_results and self.option("plot"):
-            from .plot import plot_service
+            from .plot import plot_service  # lazy: plugin load
 
             try:
                 self.plots += [str(p) for p in plot_service(self.service_results, self.plot_dir())]
@@ -369,15 +367,13 @@ class S2STSession:
         try:
             self.regressions, self.unchecked = self.check_regressions()
         except Exception as exc:  # noqa: BLE001 -- a compare that crashed checked nothing: it fails, tables stay
-            from .inputs import show
-
             self.unchecked = [f"--s2st-compare-fail: the compare crashed ({type(exc).__name__}: {show(exc)}), "
                               "so no limit was checked"]
         self._write_summary()
         # an export that could not write its file says so in verdicts.not_written: it fails the session as ours do
         verdicts = SessionVerdicts(list(self.inconclusive), list(self.regressions), list(self.unchecked),
                                    self.not_written)
-        from .hookcall import call_hook
+        from .hookcall import call_hook  # lazy: plugin load
 
         self.pytest_session = session
         error = call_hook(self.config, "pytest_s2st_session_ready", config=self.config, rows=self.records(),
@@ -399,7 +395,7 @@ class S2STSession:
     def _write_summary(self) -> None:
         """The A/B tables as markdown: into --s2st-summary FILE, and appended to $GITHUB_STEP_SUMMARY (GitHub
         Actions shows it on the job's page) when that is set."""
-        from .ab import markdown_ab
+        from .ab import markdown_ab  # lazy: heavy
 
         records = [r for r in self.records() if "ab" in r.measurement]
         lines = markdown_ab([(r.name, r.measurement, r.verdict) for r in records])
@@ -411,8 +407,6 @@ class S2STSession:
             if not path:
                 continue
             if path.endswith(".json"):  # the same rows for a program: each benchmark's measurement and verdict
-                import json
-
                 body = json.dumps([{"name": r.name, "nodeid": r.nodeid, "verdict": r.verdict, "s2st": r.measurement}
                                    for r in records], indent=1, default=str) + "\n"
             else:

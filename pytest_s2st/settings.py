@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .errors import S2STError
 from .inputs import show
 from .measure.device import CHOICES_TEXT as DEVICE_CHOICES, parse_device
 from .metrics import BY_NAME as METRICS, COMPARABLE as COMPARE_METRICS, HIGHER, LOWER  # the metric table
@@ -123,7 +124,7 @@ def path(value: Any) -> str:
 def history_url(value: Any) -> str:
     """Where the results history lives: a path or a URL of a registered store (``history.store.STORES``:
     sqlite:///PATH, postgresql://...); opened, and so checked further, at the session's end."""
-    from .history.store import forms, store_kind
+    from .history.store import forms, store_kind  # lazy: plugin load
 
     out = path(value)
     if store_kind(out) is None:
@@ -166,13 +167,13 @@ def history_limits(value: Any) -> tuple[tuple[str, str, float], ...]:
 
 def extra_body(value: Any) -> dict:
     """A JSON object (text, or a mapping from the config), merged into every openai-protocol request."""
-    from .service.openai_api import parse_extra_body
+    from .service.openai_api import parse_extra_body  # lazy: plugin load
 
     return parse_extra_body(value)
 
 
 def sample_rate(value: Any) -> int:
-    from .service.openai_api import MAX_RATE
+    from .service.openai_api import MAX_RATE  # lazy: plugin load
 
     out = positive_int(value)
     if out > MAX_RATE:
@@ -183,14 +184,14 @@ def sample_rate(value: Any) -> int:
 def request_rate(value: Any) -> Any:
     """Requests per second > 0, the string "inf" (JSON has no infinity), or a registered arrival process
     NAME:K=V,... as its object (service/arrivals.py: ARRIVALS)."""
-    from .service.arrivals import parse_request_rate
+    from .service.arrivals import parse_request_rate  # lazy: heavy
 
     return parse_request_rate(value)
 
 
 def burstiness(value: Any) -> float | str:
     """A gamma shape > 0, or the string "inf" (evenly spaced arrivals)."""
-    from .service.arrivals import parse_burstiness
+    from .service.arrivals import parse_burstiness  # lazy: heavy
 
     out = parse_burstiness(value)
     return "inf" if out == float("inf") else out
@@ -198,8 +199,7 @@ def burstiness(value: Any) -> float | str:
 
 def endpoint(value: Any) -> str:
     """A speech endpoint in its one spelling (a base URL gets the protocol's default path)."""
-    from .errors import S2STError
-    from .runs import normalize_endpoint
+    from .runs import normalize_endpoint  # lazy: plugin load
 
     try:
         return normalize_endpoint(text(value))
@@ -209,7 +209,7 @@ def endpoint(value: Any) -> str:
 
 def bleu_tokenize(value: Any) -> str:
     """auto, or a sacrebleu tokenizer name whose modules are installed (quality/translation.py)."""
-    from .quality.translation import parse_tokenize
+    from .quality.translation import parse_tokenize  # lazy: plugin load
 
     return parse_tokenize(value)
 
@@ -225,7 +225,7 @@ def device_name(value: Any) -> str:
 
 def shard_spec(value: Any) -> tuple[int, int]:
     """'2/3' -> (2, 3): shard 2 of 3 (see distribute.shard_partition)."""
-    from .distribute import parse_shard
+    from .distribute import parse_shard  # lazy: plugin load
 
     return parse_shard(value)
 

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .inputs import finite
 from .runtime_stats import DEFAULT_STATISTIC, T975, statistic, t975  # noqa: F401 -- the one t table (runtime_stats.py)
 
 MIN_ROUNDS = 5          # per side; fewer and no interval is computed
@@ -109,8 +110,6 @@ class Change:
 def usable(values: object) -> list[float] | None:
     """A list of finite numbers whose sum does not overflow, as floats; else None (missing evidence: 1e308 is
     finite, but a mean of several overflows)."""
-    from .inputs import finite
-
     if isinstance(values, np.ndarray):
         values = values.tolist()
     if not isinstance(values, (list, tuple)):
@@ -146,8 +145,6 @@ def _sides(old: object, new: object, counted: str, usable_sides: Callable[[np.nd
     to old, {counted: (old count, new count)}) when an interval can be computed; else the Change that says why not
     -- a non-finite value, an empty side or one ``usable_sides`` refuses (no ratio), fewer than ``minimum`` per
     side (the ratio, word ``few``)."""
-    from .inputs import finite
-
     olds, news = usable(old), usable(new)
     counts = {counted: (_count(old), _count(new))}
     if olds is None or news is None:

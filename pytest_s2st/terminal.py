@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import psutil
+
+from .hookcall import call_hook
+from .inputs import show
+from .judging import insignificant, unlike_rows, unmatched
+from .report import compare_legend, missing_notes, render_compare, render_table, statistic_names, table_notes, wrap
+from .report_service import render_service_table
 from .session import S2STSession
 
 
 def write_table(state: S2STSession, tr: Any, name: str, lines: list[str]) -> None:
     """A table's lines, after plugins had their say (pytest_s2st_table: they may change or add lines). A plugin
     that raised is one line at the end (display); the table is printed as it stands, and the session fails."""
-    from .hookcall import call_hook
-
     error = call_hook(state.config, "pytest_s2st_table", config=state.config, name=name, lines=lines)
     if error:
         state.hook_errors.append(f"{error} (table {name!r})")
@@ -48,8 +53,6 @@ def display(state: S2STSession, tr: Any) -> None:
             tr.stats.setdefault(word, []).extend(lines)
 
 def _inference(state: S2STSession, tr: Any) -> None:
-    from .report import missing_notes, render_table, table_notes, wrap
-
     rows = state.rows()
     tr.write_sep("-", "s2st: runtime per sample, peak memory, FLOPs")
     write_table(state, tr, "inference", render_table(rows) + wrap(table_notes(rows) + [f"note: {note}" for note
@@ -61,12 +64,10 @@ def _inference(state: S2STSession, tr: Any) -> None:
     try:
         _compare(state, tr, rows)
     except Exception as exc:  # noqa: BLE001 -- what was measured is shown above whatever the saved run holds
-        from .inputs import show
-
         tr.write_line(f"s2st: the compare with the saved run failed ({type(exc).__name__}: {show(exc)})", red=True)
 
 def _ab(state: S2STSession, tr: Any) -> None:
-    from .ab import terminal_tables
+    from .ab import terminal_tables  # lazy: heavy
 
     # one table per A/B mode, each with its own title and legend
     for title, lines in terminal_tables([(r.name, r.measurement) for r in state.records() if "ab" in r.measurement]):
@@ -74,9 +75,6 @@ def _ab(state: S2STSession, tr: Any) -> None:
         write_table(state, tr, "ab", lines)
 
 def _compare(state: S2STSession, tr: Any, rows: list[Any]) -> None:
-    from .judging import insignificant, unlike_rows, unmatched
-    from .report import compare_legend, render_compare, statistic_names, wrap
-
     compared = state.compared()
     lines = render_compare(rows, compared) if compared else []
     if lines:
@@ -95,8 +93,6 @@ def _compare(state: S2STSession, tr: Any, rows: list[Any]) -> None:
 
 def contention_warning(state: S2STSession) -> str | None:
     """More xdist workers than physical cores while timing on the cpu: runtimes measure contention."""
-    import psutil
-
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
     on_cpu = sum(1 for r in state.records() if (r.measurement.get("device") or {}).get("name") == "cpu")
     if state.workers <= cores or not on_cpu or state.option("processes"):  # --s2st-processes: they take turns
@@ -105,9 +101,6 @@ def contention_warning(state: S2STSession) -> str | None:
             f"their runtime/sample measures contention; time with -n {cores} or fewer (or -n 0)")
 
 def _service(state: S2STSession, tr: Any) -> None:
-    from .report import wrap
-    from .report_service import render_service_table
-
     tr.write_sep("-", "s2st: service (TTFA, RTF, latency per concurrency level)")
     lines = render_service_table(state.service_results)
     for name, data in state.service_results:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import S2STError
+from .inputs import parse_json, read_text, show
 
 DEFAULT_WORKLOAD = Path(__file__).resolve().parent / "data" / "workload-default.jsonl"
 
@@ -60,7 +61,6 @@ def load_workload(path: str | Path | None = None, required: Sequence[str] = REQU
     ``required``: the fields every item must have besides id and text (a text dataset: its model type's
     pipelines.base.ModelType.text_fields); the others are checked when they are there."""
     path = Path(path) if path is not None else DEFAULT_WORKLOAD
-    from .inputs import read_text, show
 
     text = read_text(path, "workload", MAX_WORKLOAD_BYTES, encoding="utf-8-sig")
     items: list[dict] = []
@@ -70,7 +70,6 @@ def load_workload(path: str | Path | None = None, required: Sequence[str] = REQU
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        from .inputs import parse_json
 
         item = parse_json(line, where)  # NaN/Infinity and too-deep nesting refused, one line
         items.append(_check_item(item, where, seen, ("id", "text", *required)))

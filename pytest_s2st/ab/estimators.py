@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import S2STError
 from ..runtime_stats import median_interval as _median_interval
 from ..significance import CONFIDENCE, MIN_PAIRS, NOT_FINITE, TOO_FEW, Change, usable, word_of
 from .record import MEDIAN  # the default's name; settings.py spells it too (the settings table imports no A/B module)
@@ -135,8 +136,6 @@ def chosen(name: str) -> Estimator:
     """The estimator a test chose (``s2st_benchmark(..., ab_estimator=NAME)``); S2STError for an unknown name."""
     found = ESTIMATORS.get(name)
     if found is None:
-        from ..errors import S2STError
-
         raise S2STError(f"s2st_benchmark(..., ab_estimator={name!r}): not an A/B estimator; "
                         f"known: {', '.join(map(repr, ESTIMATORS))}")
     return found

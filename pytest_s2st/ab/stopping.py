@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..significance import NOISE
 from .estimators import DEFAULT, Estimator
 
 FIRST_LOOK = 6  # rounds per pair and side at the first look (the fewest with a 95 % median interval)
@@ -32,8 +33,6 @@ class StoppingRule:
     @classmethod
     def for_limits(cls, rounds: int, limits: Sequence[object] = (), estimator: Estimator = DEFAULT) -> "StoppingRule":
         """The rule for ``limits`` (limits.CompareLimit) on runtime_s, else for the word's noise threshold."""
-        from ..significance import NOISE
-
         bounds = []
         for limit in limits:
             if getattr(limit, "metric", None) != "runtime_s":

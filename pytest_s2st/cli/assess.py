@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import S2STError
+from ..inputs import dumps
 from .args import OneLineParser, one_line, path_arg
 from ..quality.policy import Policy
 from ..quality.scorefile import load_scores
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.print_scorer_id:
-        from ..quality.scorers import get_scorer
+        from ..quality.scorers import get_scorer  # lazy: heavy
 
         scorer = get_scorer(args.anchors, args.asr_model_dir)
         print(scorer.scorer_id)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = Policy.load(args.policy) if args.policy else None
         scores = load_scores(args.quality) if args.quality else None
         if args.score:
-            from ..quality.scorers import get_scorer
+            from ..quality.scorers import get_scorer  # lazy: heavy
 
             scores = get_scorer(args.anchors, args.asr_model_dir).score_runs(args.baseline, args.candidate)
             if args.write_scores:
@@ -75,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CODES[INCONCLUSIVE]
     print(verdict.format())
     if args.json:
-        from ..inputs import dumps
-
         text = dumps(verdict.to_dict(), indent=2, ensure_ascii=False) + "\n"
         try:
             _write("--json", args.json, lambda path: path.write_text(text, encoding="utf-8"))

@@ -19,6 +19,9 @@ from pathlib import Path
 
 from ..errors import S2STError
 from ..inputs import load_json, read_text, show
+from ..limits import compare_limits
+from ..versions.worktree import Worktree, repository_root, resolve_revision
+from ..versions.worktree import _git as git
 from .args import OneLineParser, int_in, refuse
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -33,15 +36,11 @@ class Step:
 
 
 def _git(root: Path, *args: str) -> str:
-    from ..versions.worktree import _git as git
-
     return git(root, *args)
 
 
 def commits_between(root: Path, good: str, bad: str) -> list[str]:
     """The commits after GOOD up to BAD on the path between them, oldest first (BAD last)."""
-    from ..versions.worktree import resolve_revision
-
     good_sha, bad_sha = resolve_revision(root, good), resolve_revision(root, bad)
     try:
         _git(root, "merge-base", "--is-ancestor", good_sha, bad_sha)
@@ -76,8 +75,6 @@ def judge_summary(path: Path) -> tuple[str, str]:
 
 
 def run_step(root: Path, sha: str, good: str, limits: str, pytest_args: list[str], log_dir: Path) -> Step:
-    from ..versions.worktree import Worktree
-
     tree = Worktree(root, sha)
     summary = log_dir / f"{sha[:12]}-summary.json"
     try:
@@ -160,14 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     if not pytest_args or pytest_args[0] not in ("pytest", "py.test"):
         return refuse("s2st-bisect", "after --: the pytest command line, e.g. -- pytest benchmarks/")
     try:
-        from ..limits import compare_limits
-
         compare_limits(args.limits)
     except ValueError as exc:
         return refuse("s2st-bisect", f"--limits {show(args.limits)}: {exc}")
     try:
-        from ..versions.worktree import repository_root
-
         root = repository_root(Path.cwd())
         commits = commits_between(root, args.good, args.bad)
         if not commits:

@@ -21,13 +21,17 @@ import sys
 
 EXIT_OK, EXIT_FAIL, EXIT_REFUSED, EXIT_NO_VERDICT = 0, 1, 2, 3
 
+from ..distribute import load_saved_run
 from ..errors import S2STError
+from ..judging import insignificant, judge_limits, unlike_rows, unmatched
+from ..report import render_compare, statistic_names
+from ..rows import compared_rows, rows_from
+from ..settings import compare_limits
+from ..work import machine_differences
 from .args import OneLineParser, path_arg, refuse
 
 
 def _limits(value: str):
-    from ..settings import compare_limits
-
     try:
         return compare_limits(value)
     except ValueError as exc:
@@ -44,11 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail", type=_limits, default=(), metavar="LIMITS",
                         help="as --s2st-compare-fail, e.g. runtime_s:5%%,flops:1%%,tensor_peak_mib:1%%")
     args = parser.parse_args(argv)
-    from ..distribute import load_saved_run
-    from ..judging import insignificant, judge_limits, unlike_rows, unmatched
-    from ..report import render_compare, statistic_names
-    from ..rows import compared_rows, rows_from
-    from ..work import machine_differences
 
     try:
         old, new = load_saved_run(args.old), load_saved_run(args.new)

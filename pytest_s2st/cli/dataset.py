@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 from ..errors import S2STError
 from ..inputs import show
+from ..pipelines.fairseq_runtime import quiet_fairseq
 from .args import OneLineParser, int_in, path_arg, refuse
 
 PROG = "s2st-dataset"
@@ -37,7 +38,7 @@ def subset_file_name(kind: str, token: str = "") -> str:
 
 
 def stats_line(name: str, samples: list[dict]) -> str:
-    from ..dataset_make import dataset_stats
+    from ..dataset_make import dataset_stats  # lazy: heavy
 
     s = dataset_stats(samples)
     return (f"{name} dataset stats : num_samples={s['n']} max_len = {s['max_len']} "
@@ -50,8 +51,6 @@ def stats_line(name: str, samples: list[dict]) -> str:
 @contextlib.contextmanager
 def _quiet_fairseq() -> Iterator[None]:
     """fairseq's import/set-up warnings and INFO chatter (tensorboardX hints) stay off the output."""
-    from ..pipelines.fairseq_runtime import quiet_fairseq
-
     log = logging.getLogger("fairseq")
     level = log.level
     log.setLevel(logging.WARNING)
@@ -75,7 +74,7 @@ def load_task_samples(data: str | Path, subset: str, task: str, config_yaml: str
         raise S2STError(f"{data}: --data directory not found")
     with _quiet_fairseq():
         try:
-            from fairseq import options, tasks
+            from fairseq import options, tasks  # lazy: optional
         except ImportError:
             raise S2STError("--data needs fairseq (install the fairseq extra: pip install -e '.[fairseq]' in the "
                             "pytest-s2st clone)") from None
@@ -138,7 +137,7 @@ def _reference(dataset: Any, fs_task: Any, task: str, index: int, batch: dict) -
         text = fs_task.target_dictionary.string(batch["target"][0])
     else:
         return None
-    from ..datasets import reference_problem
+    from ..datasets import reference_problem  # lazy: heavy
 
     text = " ".join(text.split())
     problem = reference_problem(text)
@@ -152,6 +151,7 @@ def _reference(dataset: Any, fs_task: Any, task: str, index: int, batch: dict) -
 
 def _torch_available() -> bool:
     try:
+        # lazy: optional
         import torch  # noqa: F401
     except (ImportError, OSError):  # OSError: a torch build that cannot load its libraries
         return False
@@ -162,7 +162,7 @@ def write_dataset(samples: list[dict], path: Path) -> Path:
     """The upstream npy layout with torch tensors, as upstream data_utils writes it: upstream
     get_metrics.py feeds src_tokens to models as they are (numpy arrays fail on .size()). Written
     reproducibly. Without torch: numpy arrays, and a note on stderr that upstream cannot use them."""
-    from ..dataset_make import save_npy_dataset
+    from ..dataset_make import save_npy_dataset  # lazy: heavy
 
     as_torch = _torch_available()
     try:
@@ -186,8 +186,8 @@ def write_subsets(samples: list[dict], out: Path, *, n: int = 500, seed: int = 1
                   ref: Path | None = None, name: str = "input") -> dict[str, Path]:
     """random_/short_/long_ subsets of ``samples`` (after the --ref-dataset id filter) into ``out``;
     prints the stats of the filtered input and of each subset. Returns {kind: path}."""
-    from ..dataset_make import id_matches, make_subsets
-    from ..datasets import load_npy_dataset
+    from ..dataset_make import id_matches, make_subsets  # lazy: heavy
+    from ..datasets import load_npy_dataset  # lazy: heavy
 
     if ref is not None:
         ref_ids = {_plain_id(s["id"]) for s in load_npy_dataset(ref)}
@@ -217,7 +217,7 @@ def _cmd_subsets(a: argparse.Namespace) -> None:
     if a.npy is not None:
         if a.subset or a.task or a.config_yaml:
             raise S2STError("--subset/--task/--config-yaml go with --data, not with --npy")
-        from ..datasets import load_npy_dataset
+        from ..datasets import load_npy_dataset  # lazy: heavy
 
         samples, name = load_npy_dataset(a.npy), str(a.npy)
     else:
@@ -229,7 +229,7 @@ def _cmd_subsets(a: argparse.Namespace) -> None:
 
 
 def _cmd_random(a: argparse.Namespace) -> None:
-    from ..dataset_make import generate_random_dataset
+    from ..dataset_make import generate_random_dataset  # lazy: heavy
 
     if a.max_len < a.min_len:
         raise S2STError(f"--max-len {a.max_len} is below --min-len {a.min_len}")
@@ -247,7 +247,7 @@ def _cmd_random(a: argparse.Namespace) -> None:
 
 
 def _cmd_stats(a: argparse.Namespace) -> None:
-    from ..datasets import load_npy_dataset
+    from ..datasets import load_npy_dataset  # lazy: heavy
 
     print(stats_line(str(a.file), load_npy_dataset(a.file)))
 

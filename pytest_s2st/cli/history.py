@@ -19,10 +19,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import S2STError
+from ..history.judge import absolute_key, judge
+from ..history.records import load_document
+from ..history.site import ALL, benchmark_page, write_site
+from ..history.store import open_store
 from ..inputs import show
 from .args import OneLineParser, int_in, path_arg, refuse
 
@@ -59,21 +64,16 @@ def _files(paths: list[Path]) -> list[Path]:
 def _documents(files: list[Path]) -> Iterator[Any]:
     """The saved runs read in order; with many files, read by worker processes beside the writer (reading JSON was
     two thirds of a large import's time on one CPU). A file that cannot be read raises at its place in the order."""
-    from ..history.records import load_document
-
     workers = min(os.cpu_count() or 1, MAX_READERS)
     if workers < 2 or len(files) < PARALLEL_FROM:
         yield from map(load_document, files)
         return
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers) as pool:
         yield from pool.map(load_document, files)  # one file a task: a bad file fails alone
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ..history.store import open_store
-
     files = _files(args.runs)
     with open_store(args.db) as store:
         added, kept = store.append_all(_documents(files))
@@ -83,9 +83,6 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _site(args: argparse.Namespace) -> int:
-    from ..history.site import write_site
-    from ..history.store import open_store
-
     with open_store(args.db, create=False) as store:
         pages = write_site(store, args.out, args.commit_url)
     print(f"s2st-history: {len(pages)} page(s) -> {args.out / 'index.html'}")
@@ -93,9 +90,6 @@ def _site(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..history.judge import absolute_key, judge
-    from ..history.store import open_store
-
     bad = judged_count = 0
     with open_store(args.db, create=False) as store:
         if store.run_count() == 0:
@@ -141,8 +135,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _links(args: argparse.Namespace) -> int:
-    from ..history.site import ALL, benchmark_page
-
     scheme = args.site_url.split("://", 1)[0].lower() if "://" in args.site_url else ""
     if scheme not in ("http", "https"):
         raise S2STError(f"{show(args.site_url)}: the site URL must start with http:// or https://")

@@ -14,7 +14,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..distribute import merge_saved_runs
 from ..errors import S2STError
+from ..inputs import dumps
 from ..runtime_stats import RUNTIME_STATISTIC
 from .args import OneLineParser, path_arg, refuse
 
@@ -33,7 +35,6 @@ def main(argv: list[str] | None = None) -> int:
                              "kept, so that compare can tell "
                              "a change from the drift between runs (3 or more runs per side)")
     args = parser.parse_args(argv)
-    from ..distribute import merge_saved_runs
 
     try:
         merged = merge_saved_runs(args.runs, repeats=args.repeats)
@@ -43,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
             raise S2STError(f"-o {args.output}: is one of the inputs")
         args.output.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".s2st-merge-", dir=args.output.parent)
-        from ..inputs import dumps
 
         with os.fdopen(fd, "w") as fh:
             fh.write(dumps(merged, indent=4))  # never NaN: it is not JSON

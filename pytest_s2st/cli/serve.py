@@ -13,20 +13,24 @@ port) is written once the server listens; GET /health answers 200 from then on.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..assets import sha256_file
 from ..errors import S2STError
-from ..inputs import show
-from ..measure.device import CHOICES, parse_device
+from ..inputs import load_json, show
+from ..measure.device import CHOICES, parse_device, resolve_device
+from ..pipelines import base
 from ..pipelines.base import declares_serves_speech, one_of, speech_types, stream_refusal, streaming_types
-from ..service.stream import MAX_FRAMES
+from ..service.stream import MAX_FRAMES, no_stream_reason
+from ..service.stream import options as stream_options
 from .args import OneLineParser, float_in, int_in, path_arg, refuse
 
 PROG = "s2st-serve"
@@ -50,8 +54,6 @@ SERVING_MODULES = ("server", "answers", "model_worker", "synthesizers", "request
 
 
 def serving_code_sha256() -> str:
-    import hashlib
-
     folder = Path(__file__).resolve().parent.parent / "service"
     digest = hashlib.sha256()
     for name in SERVING_MODULES:
@@ -60,8 +62,6 @@ def serving_code_sha256() -> str:
 
 
 def code_identity() -> dict[str, Any]:
-    from importlib import metadata
-
     try:
         version = metadata.version("pytest-s2st")
     except metadata.PackageNotFoundError:
@@ -138,11 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _load_case(args: argparse.Namespace):
     """The case to serve: as pytest resolved it (--case), or a YAML resolved here like pytest would."""
-    from ..cases import Case, load_case
+    from ..cases import Case, load_case  # lazy: heavy
 
     if args.s2st_config is not None:
         return load_case(args.s2st_config, {}, lambda name: None)
-    from ..inputs import load_json
 
     data = load_json(args.case, "the case JSON")
     try:
@@ -161,9 +160,8 @@ def _config_identity(path: Path) -> dict[str, Any]:
 
 def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     """(synthesizer, identity part, close callable, (stream synthesizer, its options) or None)."""
+    # lazy: heavy
     from ..service.synthesizers import demo_tone_synthesizer, pipeline_stream_synthesizer, pipeline_synthesizer
-    from ..service.stream import no_stream_reason
-    from ..service.stream import options as stream_options
 
     if args.demo_tone:
         streams = one_of(streaming_types())
@@ -178,9 +176,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
         return synth, {"model_type": "demo-tone", "assets": {}, "device": "cpu", "threads": _threads(None),
                        "demo_delay_s": args.demo_delay_s}, lambda: None, None
 
-    from ..cases import settings_to_json
-    from ..measure.device import resolve_device
-    from ..pipelines.base import build_pipeline  # looked up when called: the CLI fuzz tests trip on it
+    from ..cases import settings_to_json  # lazy: heavy
 
     case = _load_case(args)
     cfg = case.config
@@ -194,8 +190,9 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
     if streaming is not None and stream_refusal(cfg.model_type):  # refused before any model loads
         raise S2STError(f"{cfg.path}: --stream / serve.stream: {stream_refusal(cfg.model_type)}")
     device = resolve_device(args.device or case.settings.get("device") or "cpu")
-    pipeline = build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path,
-                              config_lines=cfg.lines)
+    # base.build_pipeline, looked up when called: the CLI fuzz tests trip on it
+    pipeline = base.build_pipeline(cfg.model_type, cfg.stages, device=device.name, config_path=cfg.path,
+                                   config_lines=cfg.lines)
     threads = args.threads or case.settings.get("threads")
     stream = None
     if streaming is not None:
@@ -217,7 +214,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, dict[str, Any], Any, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ..service.server import check_loopback, run_server
+    from ..service.server import check_loopback, run_server  # lazy: heavy
 
     try:
         check_loopback(args.host)

@@ -10,11 +10,16 @@ each model's parameter count next to the released checkpoint's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import logging
 import sys
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from ..defaults import QWEN_YAML
 from ..errors import S2STError
+from ..tiny import fairseq_full, fairseq_tiny
+from ..workload import DEFAULT_WORKLOAD
 from .args import OneLineParser, int_in, path_arg, refuse
 
 T = TypeVar("T")
@@ -36,13 +41,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="tiny (default): small real models for tests; full: the released architectures at "
                              "their released sizes, random weights (~1 GB of fairseq checkpoints, more with Qwen3-TTS)")
     args = parser.parse_args(argv)
-    import logging
 
     for name in ("hydra", "fairseq", "qwen_tts"):  # their DEBUG/INFO lines while building each model drown the summary
         logging.getLogger(name).setLevel(logging.WARNING)
     if args.size == "full":
         return _stage_full(args)
-    from ..tiny import fairseq_tiny
 
     def build(seed: int) -> tuple[dict, tuple[Path, Path] | None]:
         result = fairseq_tiny.stage_all(args.out, seed=seed)
@@ -108,8 +111,6 @@ def _staged(args: argparse.Namespace, default_seed: int, build: Callable[[int], 
 
 
 def _stage_full(args: argparse.Namespace) -> int:
-    from ..tiny import fairseq_full
-
     staged = _staged(args, fairseq_full.SEED, lambda seed: fairseq_full.stage_full(args.out, seed=seed,
                                                                                   qwen=not args.no_qwen))
     if staged is None:
@@ -128,14 +129,10 @@ def _stage_full(args: argparse.Namespace) -> int:
 
 
 def _stage_qwen(out: Path) -> tuple[Path, Path] | None:
-    import importlib.util
-
     if importlib.util.find_spec("qwen_tts") is None:
         print("qwen-tts not installed: no tiny Qwen3-TTS (in the clone: pip install -e '.[qwen]')")
         return None
-    from ..defaults import QWEN_YAML
-    from ..workload import DEFAULT_WORKLOAD
-    from ..tiny.qwen_tiny import build_tiny_qwen3tts
+    from ..tiny.qwen_tiny import build_tiny_qwen3tts  # lazy: heavy
 
     model_dir = build_tiny_qwen3tts(out / "qwen3tts")
     config = out / "configs" / "Qwen3TTS.yaml"

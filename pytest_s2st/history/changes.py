@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from statistics import mean, median, stdev
+from statistics import NormalDist, mean, median, stdev
 from typing import Sequence
 
 PENALTY = 6.0
@@ -84,7 +84,7 @@ def noise(values: Sequence[float]) -> float:
 def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     """Welch's two-sided t-test p (scipy.stats.ttest_ind(equal_var=False)'s, tests/test_history_gates.py holds
     them equal), computed here: the scipy call's argument checks took most of a large site's time."""
-    from scipy.special import stdtr
+    from scipy.special import stdtr  # lazy: heavy
 
     na, nb = len(a), len(b)
     ma, mb = math.fsum(a) / na, math.fsum(b) / nb
@@ -101,7 +101,7 @@ def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
 def _segments(series: "np.ndarray", penalty: float, min_size: int) -> list[int]:
     """Binary segmentation with the l2 cost: split a segment where the drop in the sum of squared deviations is
     largest, while that drop exceeds the penalty. Prefix sums make each split one vector operation."""
-    import numpy as np
+    import numpy as np  # lazy: heavy
 
     ends: list[int] = []
     todo = [(0, len(series))]
@@ -131,7 +131,7 @@ def change_points(values: Sequence[float], higher_is_better: bool = False,
                   penalty: float = PENALTY) -> list[ChangePoint]:
     """Where the series steps; values must be > 0 for relative steps (a series with a zero or negative value is
     judged on the values themselves)."""
-    import numpy as np
+    import numpy as np  # lazy: heavy
 
     logs = _logs(values)
     series = logs if logs is not None else [float(v) for v in values]
@@ -200,15 +200,13 @@ def short_changes(values: Sequence[float], lows: Sequence[float | None], highs: 
 
 @functools.lru_cache(maxsize=4096)
 def _t_quantile(q: float, df: int) -> float:
-    from scipy import stats
+    from scipy import stats  # lazy: heavy
 
     return float(stats.t.ppf(q, df))
 
 
 @functools.lru_cache(maxsize=64)
 def _z_quantile(q: float) -> float:
-    from statistics import NormalDist
-
     return NormalDist().inv_cdf(q)
 
 
@@ -253,7 +251,7 @@ def window_alerts(values: Sequence[float], test: str = "t", boundary: float = 0.
     """Every point judged against the points before it (the trend page marks them). The windows' means and spreads
     come from prefix sums, so that only the points near or past the boundary are judged one by one (by
     window_alert itself: the same alerts, tests/test_history_gates.py checks); a 1,000-run series took 20 ms."""
-    import numpy as np
+    import numpy as np  # lazy: heavy
 
     n = len(values)
     if n <= min_history:

@@ -3,6 +3,7 @@ extra). Writers serialise on an advisory lock; a message never shows the URL's p
 """
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from ..errors import S2STError
@@ -23,15 +24,13 @@ class PostgresStore(SQLStore):
     _id_type = "BIGSERIAL PRIMARY KEY"
 
     def __init__(self, url: str) -> None:
-        import urllib.parse
-
         where = _redacted(url)
         try:
             urllib.parse.urlsplit(url).port
         except ValueError:
             raise S2STError(f"{where}: the port is not a number from 0 to 65535") from None
         try:
-            import psycopg
+            import psycopg  # lazy: optional
         except ImportError:
             raise S2STError(f"{where}: a PostgreSQL history needs psycopg: "
                             "pip install 'pytest-s2st[history]'") from None
@@ -49,8 +48,6 @@ class PostgresStore(SQLStore):
 
 def _redacted(url: str) -> str:
     """A URL for messages: the password never printed."""
-    import urllib.parse
-
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import S2STError
 from ..inputs import finite, parse_json, read_text, show
 from ..metrics import BY_NAME, SERVICE_METRICS
+from ..runtime_stats import own_times
 
 TOTAL = "total"
 MAX_TEXT = 500  # a free-text field kept from a document (a reason, a method): longer is cut, never refused
@@ -142,8 +143,6 @@ OWN_METHOD = "mean of the rounds less each round's run-queue wait (measure/runqu
 def _own_mean(details: Mapping[str, Any]) -> tuple[float, int, float | None] | None:
     """The runtime as the A/B judges it on a busy machine: each round's wall time less the time its thread waited
     for a CPU. A series of its own: a neighbour's load moves the wall-time mean, not this one."""
-    from ..runtime_stats import own_times
-
     rounds, waits = details.get("rounds_s"), details.get("waited_s")
     if not isinstance(rounds, list) or not isinstance(waits, list) or not rounds:
         return None

@@ -18,8 +18,10 @@ from typing import Callable, Iterable
 
 from ..errors import S2STError
 from ..inputs import show
+from .postgres_store import open_postgres
 from .protocol import Store
 from .series import Entry, SeriesKey, instant  # noqa: F401 (re-exported: callers import them from here)
+from .sqlite_store import open_sqlite
 
 DEFAULT_PATH = ".benchmarks/s2st-history.sqlite"
 
@@ -74,14 +76,10 @@ def open_store(url: str | os.PathLike | None = None, create: bool = True) -> Sto
 
 
 def _open_sqlite(url: str, create: bool) -> Store:
-    from .sqlite_store import open_sqlite
-
     return open_sqlite(url, create)
 
 
 def _open_postgres(url: str, create: bool) -> Store:
-    from .postgres_store import open_postgres  # psycopg only when a server is named
-
     return open_postgres(url, create)
 
 

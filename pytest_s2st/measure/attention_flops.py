@@ -68,7 +68,7 @@ def _bhle(t: Any) -> list[tuple[int, int, int, int]]:
 def attention_flops(q: tuple, k: tuple, v: tuple) -> int:
     """2·B·Hq·L·S·E + 2·B·Hq·L·S·Ev for (B, Hq, L, E) queries, (B, Hkv, S, E) keys, (B, Hkv, S, Ev) values:
     torch's own sdpa_flop_count (GQA included)."""
-    from torch.utils.flop_counter import sdpa_flop_count
+    from torch.utils.flop_counter import sdpa_flop_count  # lazy: heavy
 
     return int(sdpa_flop_count(q, k, v))
 
@@ -81,7 +81,7 @@ def sdpa(query, key, value, *args, out_val=None, **kwargs) -> int:
 
 def sdpa_backward(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
     """Twice the forward's work plus the recomputed scores: torch's sdpa_backward_flop_count (5 matmuls)."""
-    from torch.utils.flop_counter import sdpa_backward_flop_count
+    from torch.utils.flop_counter import sdpa_backward_flop_count  # lazy: heavy
 
     return sum(int(sdpa_backward_flop_count(g, q, k, v))
                for g, q, k, v in zip(_bhle(grad_out), _bhle(query), _bhle(key), _bhle(value)))

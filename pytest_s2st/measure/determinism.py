@@ -13,7 +13,7 @@ def seed_everything(seed: int = 1) -> None:
     """Seed random and numpy; with torch loaded, seed it and ask for deterministic kernels (warn, don't fail)."""
     random.seed(seed)
     try:
-        import numpy as np
+        import numpy as np  # lazy: optional
     except ImportError:
         np = None
     if np is not None:

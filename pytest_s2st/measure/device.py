@@ -69,12 +69,12 @@ class _TorchAccelerator(Device):
     @staticmethod
     def load_torch():
         """torch with this backend loaded (raises what the import raises)."""
-        import torch
+        import torch  # lazy: heavy
 
         return torch
 
     def _api(self):
-        import torch
+        import torch  # lazy: heavy
 
         return getattr(torch, self.name)
 
@@ -89,7 +89,7 @@ class _TorchAccelerator(Device):
         return Metric(peak / MIB, f"torch.{self.name}.max_memory_allocated", details={"device": self.torch_device})
 
     def describe(self) -> dict[str, Any]:
-        import torch
+        import torch  # lazy: heavy
 
         api = self._api()
         out: dict[str, Any] = {"name": self.name, "index": self.index, "torch": torch.__version__}
@@ -107,7 +107,7 @@ class CudaDevice(_TorchAccelerator):
     @classmethod
     def resolve(cls, asked: str, index: int | None) -> CudaDevice:
         try:
-            import torch
+            import torch  # lazy: optional
         except Exception as exc:
             raise S2STError(f"--s2st-device={asked}: torch cannot be imported ({_first_line(exc)})") from None
         if not torch.cuda.is_available():
@@ -117,7 +117,7 @@ class CudaDevice(_TorchAccelerator):
 
     @classmethod
     def found_by_auto(cls) -> CudaDevice | None:
-        import torch
+        import torch  # lazy: heavy
 
         return cls(torch.cuda.current_device()) if torch.cuda.is_available() else None
 
@@ -146,7 +146,7 @@ class NpuDevice(_TorchAccelerator):
     @classmethod
     def found_by_auto(cls) -> NpuDevice | None:
         """Only when the user already imported torch_npu: auto never loads CANN on its own."""
-        import torch
+        import torch  # lazy: heavy
 
         if "torch_npu" in sys.modules and hasattr(torch, "npu") and torch.npu.is_available():
             return cls(torch.npu.current_device())
@@ -214,7 +214,8 @@ def _load_torch_npu():
     # break torch itself. Keep that off and import torch_npu explicitly, so its failure is ours to report.
     if "torch" not in sys.modules:
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    import torch
+    import torch  # lazy: heavy
+    # lazy: heavy
     import torch_npu  # noqa: F401
 
     return torch
@@ -241,6 +242,7 @@ def _auto() -> Device:
     if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
         return Device()
     try:
+        # lazy: optional
         import torch  # noqa: F401
     except Exception:
         return Device()

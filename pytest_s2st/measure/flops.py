@@ -47,8 +47,8 @@ def _torch_flops(fn, args, kwargs) -> tuple[Any, Metric]:
 def _papi_flops(fn, args, kwargs) -> tuple[Any, Metric]:
     """SP+DP floating-point operations from PAPI preset events, or None with the reason PAPI gave."""
     try:
-        from pypapi import events as papi_events
-        from pypapi import papi_low as papi
+        from pypapi import events as papi_events  # lazy: optional
+        from pypapi import papi_low as papi  # lazy: optional
     except Exception as exc:
         reason = f"python-papi is not importable ({type(exc).__name__}: {exc}); install the 'papi' extra"
         return fn(*args, **kwargs), Metric.missing("papi", reason)

@@ -11,7 +11,10 @@ No torch import here: RSS covers numpy and torch CPU tensors alike (tracemalloc 
 """
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
+import sys
 import time
 import weakref
 from typing import Any, Callable
@@ -44,8 +47,6 @@ def _reset_hwm() -> None:
 def settled_rss_mib() -> float:
     """RSS now, after collecting cyclic garbage: a start reading that still holds an earlier test's unreachable
     arrays (freed later, mid-case) would put the case's peak below its start and read its rise as 0."""
-    import gc
-
     gc.collect()
     return current_rss_mib()
 
@@ -55,7 +56,7 @@ def current_rss_mib() -> float:
     try:
         return _status_kib("VmRSS") / 1024
     except OSError:
-        import psutil
+        import psutil  # lazy: plugin load
 
         return psutil.Process().memory_info().rss / MIB
 
@@ -72,6 +73,7 @@ def _vmhwm_unavailable() -> str | None:
 
 def _memory_profiler_unavailable() -> str | None:
     try:
+        # lazy: optional
         import memory_profiler  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install
         return f"memory_profiler unavailable ({type(exc).__name__}: {exc})"
@@ -198,9 +200,6 @@ class RssSampler:
     """A long-lived RSS poller of this process (memory_profiler's reader), in a spawned child."""
 
     def __init__(self, interval: float):
-        import subprocess
-        import sys
-
         self.proc = subprocess.Popen([sys.executable, "-c", _SAMPLER_CODE, str(os.getpid()), repr(interval)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
         self._finalizer = weakref.finalize(self, _stop_sampler, self.proc)  # a dropped probe stops its child too

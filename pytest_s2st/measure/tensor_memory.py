@@ -46,11 +46,12 @@ _fast_class: type | None = None
 def _probe_class() -> type:
     """The mode class, built on first use so that importing this module imports no torch."""
     global _mode_class, _fast_class
+    # lazy: heavy
     import torch.utils.flop_counter  # noqa: F401 -- a sys.modules lookup once imported; raises if torch is gone
 
     if _mode_class is not None:
         return _mode_class
-    import torch
+    import torch  # lazy: heavy
 
     mode = _dispatch_probe_class(_op_planner(), _flop_counter(torch.Tensor), torch.Tensor)
     _fast_class = _unwrapped(mode)
@@ -62,10 +63,10 @@ def _op_planner() -> Callable[[Any], tuple]:
     """plan(op) -> (op, skipped, its decomposition, its FLOP formula, whether the formula takes shapes, its packet,
     whether its outputs are fresh, whether it does arithmetic no formula counts): what the probe does with an op,
     worked out once per op."""
-    import torch
-    from torch._C import DispatchKey
-    from torch.utils import flop_counter
-    from torch.utils.flop_counter import flop_registry
+    import torch  # lazy: heavy
+    from torch._C import DispatchKey  # lazy: heavy
+    from torch.utils import flop_counter  # lazy: heavy
+    from torch.utils.flop_counter import flop_registry  # lazy: heavy
 
     aten = torch.ops.aten
     # FlopCounterMode answers NotImplemented for these metadata queries (they only reach a mode for
@@ -165,9 +166,9 @@ def _storage(t):
 def _dispatch_probe_class(make_plan: Callable[[Any], tuple], count: Callable[..., int | None],
                           tensor_type: type) -> type:
     """The TorchDispatchMode that routes each op: its plan, then decomposed or run, counted, its outputs tracked."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+    import torch  # lazy: heavy
+    from torch.utils._python_dispatch import TorchDispatchMode  # lazy: heavy
+    from torch.utils._pytree import tree_leaves  # lazy: heavy
 
     push, pop = torch._C._push_on_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
     # id(op) -> make_plan(op). Keyed by id: an OpOverload hashes in Python, thrice per op was measurable.

@@ -25,7 +25,7 @@ from ..assets import sha256_file
 from .fairseq_args import check_stage_keys, stage_namespace
 from .fairseq_files import (check_stage_files, data_files, librosa_compat, one_line, read_checkpoint,
                             waveform_features)
-from .fairseq_runtime import quiet_fairseq
+from .fairseq_runtime import hubert_safe_globals, quiet_fairseq
 
 LAYOUTS = {
     "S2T": ("s2t",), "MT": ("mt",), "TTS": ("tts",), "S2S": ("s2s",), "S2UT": ("s2u", "vocoder?"),
@@ -72,9 +72,9 @@ class ProcessingStage(_StageBase):
 
     def __init__(self, role: str, ns: Namespace, *, device: str, where: str) -> None:
         super().__init__()
-        from fairseq import checkpoint_utils, tasks
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-        from fairseq_cli.generate import get_symbols_to_strip_from_output
+        from fairseq import checkpoint_utils, tasks  # lazy: heavy
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf  # lazy: heavy
+        from fairseq_cli.generate import get_symbols_to_strip_from_output  # lazy: heavy
 
         self.name = self.role = role
         self.device, self.where = device, where
@@ -144,7 +144,7 @@ def _guard_griffin_lim(vocoder: Any, ns: Namespace, where: str) -> None:
     """Griffin-Lim re-analyses its own iSTFT output with reflect padding of n_fft/2, which needs more
     than n_fft/2 samples, i.e. at least n_fft//2//hop + 2 frames: refuse shorter outputs in one line
     (fairseq raises a bare RuntimeError from F.pad or conv1d)."""
-    from fairseq.models.text_to_speech.vocoder import GriffinLimVocoder
+    from fairseq.models.text_to_speech.vocoder import GriffinLimVocoder  # lazy: heavy
 
     if not isinstance(vocoder, GriffinLimVocoder) or not vocoder.gl_transform.n_iter:
         return
@@ -174,7 +174,7 @@ class SpeechGenerationStage(_StageBase):
 
     def __init__(self, role: str, ns: Namespace, *, device: str, where: str) -> None:
         super().__init__()
-        from fairseq import checkpoint_utils, tasks
+        from fairseq import checkpoint_utils, tasks  # lazy: heavy
 
         self.name = self.role = role
         self.device, self.where = device, where
@@ -207,7 +207,7 @@ class SpeechGenerationStage(_StageBase):
 
     def encode_text(self, text: str) -> dict:
         """Upstream processTextInput."""
-        from fairseq.data import data_utils
+        from fairseq.data import data_utils  # lazy: heavy
 
         if self.src_dict is None:
             raise S2STError(f"the {self.role} stage takes speech, not text")
@@ -235,7 +235,7 @@ class UnitVocoderStage(_StageBase):
 
     def __init__(self, ns: Namespace, *, device: str, where: str) -> None:
         super().__init__()
-        from fairseq.models.text_to_speech.vocoder import CodeHiFiGANVocoder
+        from fairseq.models.text_to_speech.vocoder import CodeHiFiGANVocoder  # lazy: heavy
 
         self.name = self.role = "vocoder"
         self.device = device
@@ -272,9 +272,7 @@ class HubertUnitStage(_StageBase):
 
     def __init__(self, ns: Namespace, *, device: str, where: str) -> None:
         super().__init__()
-        from fairseq import checkpoint_utils
-
-        from .fairseq_runtime import hubert_safe_globals
+        from fairseq import checkpoint_utils  # lazy: heavy
 
         self.name = self.role = "hubert"
         self.device = device
@@ -308,7 +306,7 @@ class HubertUnitStage(_StageBase):
         try:
             if path.suffix == ".npy":
                 return np.load(path, allow_pickle=False)
-            import joblib
+            import joblib  # lazy: optional
 
             return np.asarray(joblib.load(path).cluster_centers_)
         except Exception as exc:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import difflib
+import logging
 from argparse import Namespace
 from pathlib import Path
 from typing import Mapping
@@ -28,7 +30,7 @@ def _base_namespace() -> Namespace:
     global _BASE_NS
     if _BASE_NS is None:
         with quiet_fairseq():  # importing fairseq warns (torch.jit.script, hydra): keep -W error runs alive
-            from fairseq import options
+            from fairseq import options  # lazy: heavy
 
             parser = options.get_speech_generation_parser()
             parser.add_argument("--target-is-code", action="store_true", default=False)
@@ -58,14 +60,12 @@ def known_stage_keys() -> frozenset:
     arguments), the arguments of every task a stage runs (ROLE_TASK), and OWN_STAGE_KEYS."""
     global _KNOWN_KEYS
     if _KNOWN_KEYS is None:
-        import logging
-
         was = logging.root.manager.disable
         logging.disable(logging.INFO)  # fairseq's task modules log install hints (tensorboardX) on import
         try:
             keys = set(vars(_base_namespace())) | OWN_STAGE_KEYS
             with quiet_fairseq():
-                from fairseq.tasks import TASK_REGISTRY
+                from fairseq.tasks import TASK_REGISTRY  # lazy: heavy
 
                 for task in sorted(set(ROLE_TASK.values())):
                     parser = argparse.ArgumentParser(conflict_handler="resolve", add_help=False)
@@ -81,8 +81,6 @@ def check_stage_keys(index: int, role: str, config_path: Path, lines: Mapping[st
     """A key written in the stage's own section (``stageN.key`` in the config's line map) that no fairseq
     argument and no key of this project has: refused with the closest name (upstream would ignore it, so
     ``beem: 20`` would silently run at the default beam)."""
-    import difflib
-
     prefix = f"stage{index}."
     known = known_stage_keys()
     for dotted, line in lines.items():

@@ -6,6 +6,9 @@ Imported lazily through the registry with the fairseq pipelines: torch is import
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import inspect
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
@@ -24,9 +27,6 @@ def allow_fairseq_globals() -> None:
 def _fbank_backend_problem() -> str:
     """Why neither PyKaldi nor torchaudio computed fbank: torchaudio missing, or installed but not loading
     (PyPI's torchaudio is a CUDA build whose compiled libraries fail beside CPU torch)."""
-    import importlib
-    import importlib.util
-
     if importlib.util.find_spec("torchaudio") is None:
         return "needs torchaudio or PyKaldi (pip install torchaudio)"
     try:
@@ -56,7 +56,7 @@ def _load_failure(exc: BaseException) -> str:
 
 
 def _load_yaml_mapping(path: Path, where: str) -> dict:
-    import yaml
+    import yaml  # lazy: heavy
 
     try:
         data = yaml.safe_load(path.read_text())
@@ -127,7 +127,7 @@ def data_files(role: str, ns: Namespace, task: Any) -> list[Path]:
 
 def read_checkpoint(role: str, ns: Namespace, where: str, arg_overrides: dict | None) -> dict:
     """Load the checkpoint once (weights_only on) and check it was trained for this stage's task."""
-    from fairseq import checkpoint_utils
+    from fairseq import checkpoint_utils  # lazy: heavy
 
     allow_fairseq_globals()
     try:
@@ -157,10 +157,8 @@ def librosa_compat() -> None:
     then fails. Re-bind fairseq's get_mel_filters to a wrapper that imports librosa only when called (as
     fairseq's own does: only Griffin-Lim builds mel filters, so no other config pays librosa's and numba's
     import) and calls it with keywords where librosa needs them (same filters)."""
-    import inspect
-
-    from fairseq.data.audio import audio_utils
-    from fairseq.models.text_to_speech import vocoder
+    from fairseq.data.audio import audio_utils  # lazy: heavy
+    from fairseq.models.text_to_speech import vocoder  # lazy: heavy
 
     original = audio_utils.get_mel_filters
     if getattr(original, "s2st_compat", False):
@@ -168,7 +166,7 @@ def librosa_compat() -> None:
 
     def get_mel_filters(sample_rate, n_fft, n_mels, f_min, f_max):
         try:
-            import librosa
+            import librosa  # lazy: optional
         except ImportError:  # fairseq's own ImportError ("Please install librosa") then names the fix
             return original(sample_rate, n_fft, n_mels, f_min, f_max)
         params = inspect.signature(librosa.filters.mel).parameters
@@ -187,9 +185,9 @@ def waveform_features(data_cfg: Any, wav: Any, sample_rate: int, where: str) -> 
     else get_fbank's path (the config's waveform transforms on 16-bit-scaled audio, Kaldi log-mel
     fbank through PyKaldi or torchaudio) and then the config's feature transforms. Returns [1, T, C]
     features (or a [1, N] waveform)."""
-    from fairseq.data.audio import audio_utils
-    from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform
-    from fairseq.data.audio.waveform_transforms import CompositeAudioWaveformTransform
+    from fairseq.data.audio import audio_utils  # lazy: heavy
+    from fairseq.data.audio.feature_transforms import CompositeAudioFeatureTransform  # lazy: heavy
+    from fairseq.data.audio.waveform_transforms import CompositeAudioWaveformTransform  # lazy: heavy
 
     wav = np.asarray(wav, dtype=np.float32).reshape(1, -1)
     if data_cfg.use_audio_input:

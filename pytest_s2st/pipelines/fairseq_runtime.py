@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from argparse import Namespace
 from typing import Iterator
 
 
@@ -22,8 +23,6 @@ def quiet_fairseq() -> Iterator[None]:
 
 def hubert_safe_globals() -> list:
     """hubert_pretraining checkpoints pickle their label Dictionary objects in task_state."""
-    from argparse import Namespace
-
-    from fairseq.data.dictionary import Dictionary
+    from fairseq.data.dictionary import Dictionary  # lazy: heavy
 
     return [Namespace, Dictionary]

@@ -22,18 +22,20 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import types
 from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..measure.tensor_memory import new_probe, probe_flops
 from .fairseq_files import allow_fairseq_globals, librosa_compat
 
 
 def install_shims() -> None:
-    import fairseq
-    import fairseq.examples
+    import fairseq  # lazy: heavy
+    import fairseq.examples  # lazy: heavy
 
     if not hasattr(torch, "set_deterministic"):
         torch.set_deterministic = torch.use_deterministic_algorithms
@@ -44,10 +46,9 @@ def install_shims() -> None:
     if kmeans_dir not in sys.path:
         sys.path.append(kmeans_dir)
     try:  # feature_utils (imported by upstream's HuBERT reader) needs it only to dump features
+        # lazy: optional
         import npy_append_array  # noqa: F401
     except ImportError:
-        import types
-
         stub = types.ModuleType("npy_append_array")
 
         class NpyAppendArray:  # noqa: D401 - placeholder
@@ -57,17 +58,13 @@ def install_shims() -> None:
         stub.NpyAppendArray = NpyAppendArray
         sys.modules["npy_append_array"] = stub
     try:
-        from pypapi import papi_high
+        from pypapi import papi_high  # lazy: optional
     except ImportError:
-        import types
-
         pypapi = types.ModuleType("pypapi")
         pypapi.papi_high = papi_high = types.ModuleType("pypapi.papi_high")
         pypapi.events = types.SimpleNamespace(PAPI_DP_OPS="PAPI_DP_OPS")
         sys.modules.update({"pypapi": pypapi, "pypapi.papi_high": papi_high, "pypapi.events": pypapi.events})
     if not hasattr(papi_high, "start_counters"):
-        from ..measure.tensor_memory import new_probe, probe_flops
-
         state: dict[str, Any] = {}
 
         def start_counters(events):
@@ -84,11 +81,11 @@ def install_shims() -> None:
 
 def upstream_model(config_path: str | os.PathLike) -> tuple[Any, Namespace]:
     """get_metrics.cli_main's construction, from the config's folder. Returns (model, general args)."""
-    import yaml
+    import yaml  # lazy: heavy
 
     install_shims()
-    from examples.speech_to_speech.benchmarking import core, get_metrics
-    from fairseq import options
+    from examples.speech_to_speech.benchmarking import core, get_metrics  # lazy: heavy
+    from fairseq import options  # lazy: heavy
 
     config_path = Path(config_path).resolve()
     cwd = os.getcwd()
@@ -127,7 +124,7 @@ def upstream_model(config_path: str | os.PathLike) -> tuple[Any, Namespace]:
 def main(argv: list[str] | None = None) -> int:
     """Run upstream get_metrics.py unchanged (same arguments: '' --config X)."""
     install_shims()
-    from examples.speech_to_speech.benchmarking import get_metrics
+    from examples.speech_to_speech.benchmarking import get_metrics  # lazy: heavy
 
     sys.argv = ["get_metrics.py", *(sys.argv[1:] if argv is None else argv)]
     get_metrics.cli_main()

@@ -34,6 +34,7 @@ states the bound).
 from __future__ import annotations
 
 import contextlib
+import io
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -71,8 +72,6 @@ def quiet_banner():
     """qwen_tts prints a flash-attn banner on stdout when first imported (a box of asterisks around "flash-attn is
     not installed ... Please install flash-attn for faster inference"): on CPU it says nothing useful, so it is
     dropped; anything else printed meanwhile goes to stderr (stdout stays machine-readable)."""
-    import io
-
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
@@ -87,7 +86,7 @@ def quiet_banner():
 def _import_qwen_tts(where: str) -> Any:
     try:
         with quiet_banner():
-            import qwen_tts
+            import qwen_tts  # lazy: optional
     except ImportError as exc:
         raise S2STError(f"{where}: model_type 'Qwen3TTS' needs qwen-tts ({exc}); {INSTALL_HINT}") from None
     except OSError as exc:  # torchaudio's CUDA extension beside a CPU torch
@@ -108,7 +107,7 @@ class Qwen3TTSStage:
         self.max_new_tokens = max_new_tokens
 
     def forward(self, x: Mapping[str, Any]) -> dict[str, Any]:
-        import torch
+        import torch  # lazy: heavy
 
         kwargs = {} if self.max_new_tokens is None else {"max_new_tokens": self.max_new_tokens}
         torch.manual_seed(x["seed"])  # sampling is the only randomness; same seed -> same waveform
@@ -149,7 +148,7 @@ class _ChunkDecoder:
             self._decode(self.sent + self.chunk)
 
     def _decode(self, end: int) -> None:
-        import torch
+        import torch  # lazy: heavy
 
         context = min(self.left, self.sent)  # chunked_decode's rule: all there is, up to left_context_size
         codes = torch.stack(self.frames[self.sent - context:end], dim=-1).unsqueeze(0).to(self.device)
@@ -161,7 +160,7 @@ class _ChunkDecoder:
 
     def finish(self, codes: Any) -> np.ndarray:
         """The package's final codes (T, 16): they must be the frames streamed so far; decode the rest."""
-        import torch
+        import torch  # lazy: heavy
 
         total = int(codes.shape[0])
         streamed = torch.stack(self.frames[:total]) if self.frames else codes[:0]
@@ -298,7 +297,7 @@ def build(stages: list[dict[str, Any]], *, model_type: str = "Qwen3TTS", device:
     hashes = check_manifest(model_dir, manifest)  # refuse weights other than the ones the manifest names
 
     qwen_tts = _import_qwen_tts(where)
-    import torch
+    import torch  # lazy: heavy
 
     try:
         model = qwen_tts.Qwen3TTSModel.from_pretrained(

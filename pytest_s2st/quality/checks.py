@@ -191,7 +191,7 @@ SNR_CAP_DB = 200.0  # bit-equal PCM: no error energy; reported as this cap, not 
 def snr_db(baseline: Any, candidate: Any) -> float | None:
     """10 log10(sum b^2 / sum (c - b)^2) over int16 samples, the shorter one zero-padded (missing or extra
     samples count as error); SNR_CAP_DB when equal; None when the baseline is silent (undefined)."""
-    import numpy as np
+    import numpy as np  # lazy: heavy
 
     b = np.asarray(baseline, dtype=np.float64).reshape(-1)
     c = np.asarray(candidate, dtype=np.float64).reshape(-1)

@@ -11,6 +11,7 @@ Extra keys (transcript, reference, error_metric, timings) are kept and written b
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -33,9 +34,7 @@ def read_wav(wav_path: str | Path, dtype: str = "int16", always_2d: bool = False
     """(samples, rate) of a WAV read through the bounded reader (inputs.read_bytes): a FIFO, a
     device or a directory named like a WAV is one S2STError line at once, never a read that blocks
     or never ends; a file libsndfile cannot decode is one line too."""
-    import io
-
-    import soundfile as sf
+    import soundfile as sf  # lazy: heavy
 
     raw = read_bytes(wav_path, what, WAV_LIMIT)
     try:

@@ -16,7 +16,9 @@ import importlib.metadata as md
 import json
 import time
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
+from math import gcd
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
@@ -52,7 +54,7 @@ def normalize_text(text: str, language: str) -> str:
 
 def error_rate(reference: str, hypothesis: str, language: str) -> tuple[float, str]:
     """(rate, "wer"|"cer"): WER for space-delimited languages, CER for Chinese."""
-    import jiwer
+    import jiwer  # lazy: optional
 
     ref, hyp = normalize_text(reference, language), normalize_text(hypothesis, language)
     if not ref:
@@ -79,9 +81,7 @@ def load_16k(wav_path: str | Path) -> np.ndarray:
     data, rate = read_wav(wav_path, dtype="float32", always_2d=True)
     mono = data.mean(axis=1)
     if rate != ASR_RATE:
-        from math import gcd
-
-        from scipy.signal import resample_poly
+        from scipy.signal import resample_poly  # lazy: heavy
 
         g = gcd(ASR_RATE, rate)
         mono = resample_poly(mono, ASR_RATE // g, rate // g).astype(np.float32)
@@ -113,6 +113,7 @@ class PocketSphinxASR:
         if language != "en":
             return f"pocketsphinx ships only an en-US model, not {language!r}"
         try:
+            # lazy: optional
             import pocketsphinx  # noqa: F401
         except ImportError:
             return ("pocketsphinx is not installed (install the quality extra: pip install -e '.[quality]' in the "
@@ -120,7 +121,7 @@ class PocketSphinxASR:
         return None
 
     def _model_dir(self) -> Path:
-        from pocketsphinx import get_model_path
+        from pocketsphinx import get_model_path  # lazy: optional
 
         return Path(get_model_path()) / "en-us"
 
@@ -132,7 +133,7 @@ class PocketSphinxASR:
 
     def _load(self):
         if self._decoder is None:
-            from pocketsphinx import Decoder
+            from pocketsphinx import Decoder  # lazy: optional
 
             t0 = time.perf_counter()
             self._decoder = Decoder(samprate=ASR_RATE, loglevel="FATAL")
@@ -176,6 +177,7 @@ class WhisperDirASR:
         if not (self.model_dir / "config.json").is_file():
             return f"no ASR backend for {language!r}: {self.model_dir} has no config.json (not a local model dir)"
         try:
+            # lazy: optional
             import transformers  # noqa: F401
         except ImportError:
             return f"no ASR backend for {language!r}: transformers is not installed for {self.model_dir}"
@@ -190,7 +192,7 @@ class WhisperDirASR:
 
     def _load(self):
         if self._model is None:
-            from transformers import WhisperForConditionalGeneration, WhisperProcessor
+            from transformers import WhisperForConditionalGeneration, WhisperProcessor  # lazy: heavy
 
             t0 = time.perf_counter()
             try:
@@ -206,7 +208,7 @@ class WhisperDirASR:
         return self._model
 
     def transcribe(self, wav16k: np.ndarray, language: str) -> str:
-        import torch
+        import torch  # lazy: heavy
 
         proc, model = self._load()
         window = int(getattr(proc.feature_extractor, "n_samples", 30 * ASR_RATE))
@@ -239,11 +241,9 @@ class ResemblyzerSpeaker:
 
     @staticmethod
     def _module():
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)  # its scipy.ndimage.morphology import
-            import resemblyzer
+            import resemblyzer  # lazy: heavy
         return resemblyzer
 
     def _weights(self) -> Path:

@@ -23,12 +23,15 @@ sacrebleu is imported only when something is scored, or an explicit bleu_tokeniz
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+from math import gcd
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import S2STError
 from ..inputs import finite, show
+from .asr_bleu_norm import normalize, normalizer_for
 from .scored import CORPUS, FLOOR
 from .scored import metrics as scored_metrics
 
@@ -59,8 +62,6 @@ TOKENIZE_NEEDS = {"ja-mecab": (("MeCab", "ipadic"), "pip install 'sacrebleu[ja]'
 def tokenizer_missing(name: str) -> str | None:
     """What sacrebleu's tokenizer ``name`` needs that is not installed ("needs MeCab and ipadic (pip install
     ...), not installed"), else None."""
-    import importlib.util
-
     modules, install = TOKENIZE_NEEDS.get(name, ((), ""))
     if all(importlib.util.find_spec(m) is not None for m in modules):
         return None
@@ -75,7 +76,7 @@ def parse_tokenize(value: Any) -> str:
     if name == TOKENIZE_AUTO:
         return name
     try:
-        from sacrebleu.metrics.bleu import BLEU
+        from sacrebleu.metrics.bleu import BLEU  # lazy: optional
     except ImportError:
         known = None
     else:
@@ -126,7 +127,7 @@ class NoReferences(Exception):
 
 def read_references(path: str | Path, where: str) -> list[str]:
     """One reference per line of a text file (bounded read; a final newline ends the last line)."""
-    from ..datasets import text_lines
+    from ..datasets import text_lines  # lazy: heavy
 
     lines = text_lines(Path(path), f"references file ({where})", "utf-8-sig")
     if lines and lines[-1] == "":
@@ -170,7 +171,7 @@ def references_for(samples: Sequence[Any], references_file: str | Path | None, w
 
 
 def sacrebleu_version() -> str:
-    import sacrebleu
+    import sacrebleu  # lazy: heavy
 
     return sacrebleu.__version__
 
@@ -182,7 +183,7 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
     cannot build (modules missing, an SPM model it cannot download) leaves BLEU None with the reason, one line
     (``{"value": None, "signature": None, "reason"}``); chrF needs no tokenizer and is kept."""
     try:
-        from sacrebleu.metrics import BLEU, CHRF
+        from sacrebleu.metrics import BLEU, CHRF  # lazy: optional
     except ImportError:
         raise S2STError("translation scores need sacrebleu (install the quality extra: "
                         "pip install -e '.[quality]' in the pytest-s2st clone)") from None
@@ -207,8 +208,6 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str], tokenize
 def asr_normalize(transcript: str, normalizer: str) -> str:
     """fairseq asr_bleu: ASRGenerator.transcribe_audiofile's strip().lower() (lowered again by run_asr_bleu),
     then the target language's normaliser, the one its references go through."""
-    from .asr_bleu_norm import normalize
-
     return normalize(normalizer, transcript.strip().lower())
 
 
@@ -227,10 +226,9 @@ def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], ba
     quality/scorers.py), transcripts and references through the language's normaliser (asr_bleu_norm), then
     corpus_scores. An ASR that is unavailable for ``language`` raises NoReferences with its reason (missing
     evidence, not a score of 0)."""
-    import numpy as np
+    import numpy as np  # lazy: heavy
 
-    from .asr_bleu_norm import normalize, normalizer_for
-    from .scorers import ASR_RATE
+    from .scorers import ASR_RATE  # lazy: heavy
 
     normalizer = normalizer_for(language_tag(language))
     why = backend.unavailable(language)
@@ -240,9 +238,7 @@ def asr_bleu(waveforms: Sequence[tuple[Any, int]], references: Sequence[str], ba
     for samples, rate in waveforms:
         wav = np.asarray(samples, dtype=np.float32).reshape(-1)
         if rate != ASR_RATE:
-            from math import gcd
-
-            from scipy.signal import resample_poly
+            from scipy.signal import resample_poly  # lazy: heavy
 
             g = gcd(ASR_RATE, int(rate))
             wav = resample_poly(wav, ASR_RATE // g, int(rate) // g).astype(np.float32)
@@ -401,7 +397,7 @@ def target_language(general: Mapping[str, Any], stages: Sequence[Mapping[str, An
     value = target_language_key(general, stages)[0]
     if value is None:
         return None
-    from .scorers import normalize_language
+    from .scorers import normalize_language  # lazy: heavy
 
     return normalize_language(value)
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import S2STError
+from ..gate import score
 from ..progress import count_lines, phase
+from ..quality.verdict import INCONCLUSIVE, Verdict, assess
 from ..runs import REQUESTS
 
 SERVER_START_TIMEOUT_S = 300.0
@@ -77,11 +79,11 @@ def external_case_name(endpoint: str, timeout_s: float = NAME_TIMEOUT_S) -> tupl
     """The case id of an external endpoint benchmarked without a config, named from the server:
     ``external-<first id of GET /v1/models>``, else ``external-<case_id or model_type of GET /identity>``,
     else (no answer within ``timeout_s``) ``external-<host>-<port>``. Returns (case id, where the name came from)."""
-    import asyncio
+    import asyncio  # lazy: plugin load
 
-    from yarl import URL
+    from yarl import URL  # lazy: heavy
 
-    from .server_facts import fetch_identity, fetch_model
+    from .server_facts import fetch_identity, fetch_model  # lazy: heavy
 
     url = URL(endpoint)
 
@@ -117,7 +119,7 @@ def stop_service(service: Service) -> None:
 
 def level_bound_s(settings: Mapping[str, Any], n_requests: int, concurrency: int) -> float:
     """The whole level is bounded: every request's timeout, `concurrency` at a time, plus slack."""
-    from .arrivals import from_settings
+    from .arrivals import from_settings  # lazy: heavy
 
     timeout = float(settings["request_timeout"])
     span = from_settings(settings).span_s(n_requests)  # open loop: the schedule's length (n / rate seconds)
@@ -133,11 +135,11 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
               targets: dict | None, policy: Any, timed: Timed) -> tuple[Any, dict]:
     """One concurrency level against one service -> (LoadResult, level data). The load generator
     writes the level's summary.json once, with the policy; ``timed(fn)`` runs the load."""
-    import asyncio
+    import asyncio  # lazy: plugin load
 
-    from .client import run_load
-    from .options import LoadOptions
-    from .stats import METHODS
+    from .client import run_load  # lazy: heavy
+    from .options import LoadOptions  # lazy: heavy
+    from .stats import METHODS  # lazy: heavy
 
     holder: dict[str, Any] = {}
     n = settings.get("requests") or len(workload)
@@ -174,7 +176,7 @@ def run_level(service: Service, workload: list[dict], concurrency: int, out_dir:
 
 def _methods(methods: Mapping[str, str], arrival: Any, protocol: str) -> dict[str, str]:
     """How each number of a level was measured, for its protocol and load shape (its arrivals.Arrival)."""
-    from .wire import PROTOCOLS
+    from .wire import PROTOCOLS  # lazy: heavy
 
     out = dict(methods)
     out["request_rate"] = arrival.describe()
@@ -207,9 +209,6 @@ def run_paired(candidate: Callable[[], tuple[Any, dict]], baseline: Callable[[],
 def judge_level(policy: Any, baseline_dir: Path | None, candidate_dir: Path, quality: Mapping[str, Any] | None,
                 scores_file: str | None) -> Any:
     """PASS / FAIL / INCONCLUSIVE of one candidate level against its baseline (after the load, untimed)."""
-    from ..gate import score
-    from ..quality.verdict import INCONCLUSIVE, Verdict, assess
-
     if baseline_dir is None:
         return Verdict(INCONCLUSIVE, ["no baseline: set quality.baseline, --s2st-baseline or --benchmark-compare"])
     try:
@@ -232,8 +231,6 @@ def evidence_reasons(data: Mapping[str, Any]) -> list[str]:
 
 def gate_verdict(data: Mapping[str, Any]) -> Any:
     """The gate's saved verdict of a level, or None when no gate ran."""
-    from ..quality.verdict import Verdict
-
     gate = data.get("gate")
     if not gate:
         return None

@@ -71,7 +71,7 @@ class LoadOptions:
         """These options, checked (S2STError naming the option and value) and normalised: the arrival's
         parameters (its rates floats, "inf" too), read_timeout_s filled, extra_body a checked dict.
         ``level_keys``: the level entry's keys the load generator writes, which ``extra`` may not hold."""
-        from . import wire
+        from . import wire  # lazy: heavy
 
         wire.transport(self.transport)
         protocol = wire.protocol(self.protocol)

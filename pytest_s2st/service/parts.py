@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import runs
 from ..errors import S2STError
+from ..inputs import load_json
 
 BARRIER_DIR = "parts"
 POLL_S = 0.01
@@ -81,8 +82,6 @@ def _write_json(path: Path, data: Mapping[str, Any]) -> None:
 
 
 def _read_json(path: Path) -> dict:
-    from ..inputs import load_json
-
     data = load_json(path, "level part mark", MAX_PART_FILE)
     if not isinstance(data, dict):
         raise S2STError(f"{path}: not a JSON object")
@@ -158,7 +157,7 @@ def merge_parts(parts: Sequence[tuple[str, Path, int]], targets: Mapping[str, An
     """[(part id, its run dir, its concurrency)] -> (merged records, merged summary, per-part facts).
 
     Record ids become ``<part>-<id>`` (unique across parts; ``wav`` relative to the level dir)."""
-    from .stats import summarize
+    from .stats import summarize  # lazy: heavy
 
     if not parts:
         raise S2STError("merge_parts: no parts")

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..errors import S2STError
 from .model_worker import StreamSynthesizer, Synthesizer
+from .stream import no_stream_reason
 
 
 def pipeline_synthesizer(pipeline: Any) -> Synthesizer:
@@ -37,8 +39,6 @@ def pipeline_synthesizer(pipeline: Any) -> Synthesizer:
 def pipeline_stream_synthesizer(pipeline: Any, options: Any) -> StreamSynthesizer:
     """Wrap a pipeline that streams (``stream(prepared sample, emit, chunk_frames, left_context_frames)``;
     ``options``: service.stream.StreamOptions)."""
-    from .stream import no_stream_reason
-
     why = no_stream_reason(pipeline)
     if why:
         raise S2STError(f"--stream: {why}")
@@ -63,8 +63,6 @@ def demo_tone_synthesizer(
 
     def synthesize(request: dict) -> tuple[np.ndarray, int]:
         if delay_s > 0:
-            import time
-
             time.sleep(delay_s)
         text = request["text"]
         n = int(sample_rate * (0.1 + seconds_per_char * len(text)))

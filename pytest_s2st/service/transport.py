@@ -300,7 +300,7 @@ class Aiohttp(Transport):
         self.reused: set[str] = set()  # ids of the requests in flight on a kept-alive connection of the pool
 
     async def start(self) -> None:
-        import aiohttp
+        import aiohttp  # lazy: heavy
 
         run = self.run
 
@@ -338,7 +338,7 @@ class Aiohttp(Transport):
             await self._exchange(body, record, answer)
 
     async def _exchange(self, body: dict, record: RequestRecord, answer: Answer) -> None:
-        import aiohttp
+        import aiohttp  # lazy: heavy
 
         run = self.run
         self.reused.discard(record.id)

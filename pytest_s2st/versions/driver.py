@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..ab.stopping import StoppingRule
+from ..rounds import calls_per_round
 from . import channel
 
 CONNECT_S = 600.0    # a worker's start (imports, collection) until it says hello
@@ -319,7 +320,6 @@ class Driver:
         for w in (w for pair in pairs for w in pair):
             answer = self._order(w, {"op": "calibrate", "budget_s": self.round_s / 2}, ARRIVE_S, "calibrating")
             per_call = max(per_call, float((answer or {}).get("s") or 0.0))
-        from ..rounds import calls_per_round
 
         calls = result.calls = calls_per_round(per_call, self.round_s, samples)
         patience = ROUND_SLACK_S + 50 * per_call * calls

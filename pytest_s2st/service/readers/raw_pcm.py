@@ -5,6 +5,8 @@ from __future__ import annotations
 import array
 import re
 
+import numpy as np
+
 from .. import openai_api as oa
 from .limits import Fail
 from .response import Stream
@@ -83,7 +85,6 @@ def _to_int16(data: bytes, sample: str) -> bytes:
         samples.frombytes(data)
         samples.byteswap()
         return samples.tobytes()
-    import numpy as np
 
     floats = np.frombuffer(data, dtype="<f4")
     if not np.isfinite(floats).all():
