@@ -85,7 +85,7 @@ class LoadResult:
     started_wall: float
     timed_out: bool = False
     identity_error: str | None = None
-    unasked: list[str] = field(default_factory=list)  # connections on which answers came unasked (Transport.look)
+    unasked: list[str] = field(default_factory=list)  # bytes that came unasked on kept connections (Transport.look)
 
     @property
     def measured(self) -> list[dict]:

@@ -85,7 +85,7 @@ class LevelEntry:
     started_wall: float
     t0_perf: float
     identity_error: str | None
-    unasked: list  # one line per kept-alive connection on which answers came that nobody asked for
+    unasked: list  # a line each time a kept-alive connection held bytes nobody asked for (Transport.look)
     protocol: str
     # the arrival process's keys (Arrival.level_entry): request_rate ("inf": closed loop), burstiness,
     # arrival_seed, arrivals_method (arrivals.ARRIVAL_KEYS), then any of the process's own

@@ -100,7 +100,7 @@ class Transport:
 
     def __init__(self, run: Any) -> None:
         self.run = run
-        self.unasked: list[str] = []  # one line per connection on which answers came unasked
+        self.unasked: list[str] = []  # a line each time a kept connection held bytes nobody asked for
 
     async def start(self) -> None:
         """Before the first request (a session, a pool)."""
@@ -336,6 +336,8 @@ class Aiohttp(Transport):
             # as http1's: the kept connection closed before any byte of the answer: once more, on a new one
             record.retried, record.send_t = True, None
             await self._exchange(body, record, answer)
+        finally:
+            self.reused.discard(record.id)
 
     async def _exchange(self, body: dict, record: RequestRecord, answer: Answer) -> None:
         import aiohttp  # lazy: heavy
