@@ -135,3 +135,11 @@ def test_a_bad_ramp_is_one_line(ramp, tmp_path):
 def test_unregistered_names_are_refused():
     with pytest.raises(ValueError, match="unknown arrival process 'test-ramp'; registered: .*gamma"):
         BY_NAME["request_rate"].parse("test-ramp:start=1")
+    with pytest.raises(ValueError) as e:  # outside text in the line is cut and escaped
+        BY_NAME["request_rate"].parse("x\n" * 3000 + ":a=1")
+    assert len(str(e.value)) < 300 and "\n" not in str(e.value)
+
+
+def test_a_parameter_given_twice_is_refused():
+    with pytest.raises(ValueError, match="^arrival process gamma: rate is given twice$"):
+        BY_NAME["request_rate"].parse("gamma:rate=1,rate=2")

@@ -27,6 +27,8 @@ from typing import Any, ClassVar, Mapping
 
 import numpy as np
 
+from ..inputs import show
+
 DEFAULT_SEED = 0
 METHOD = ("gamma(shape=burstiness, scale=1/(rate*burstiness)) gaps, cumulated, scaled so the last is n/rate "
           "(as vllm bench serve's get_request); seeded numpy Generator (PCG64)")
@@ -209,20 +211,22 @@ def parse_spec(text: str) -> Arrival:
     name, _, params = str(text).strip().partition(":")
     cls = ARRIVALS.get(name.strip().lower())
     if cls is None:
-        raise ValueError(f"unknown arrival process {name.strip()!r}; registered: {', '.join(sorted(ARRIVALS))}")
+        raise ValueError(f"unknown arrival process '{show(name.strip())}'; registered: {', '.join(sorted(ARRIVALS))}")
     types = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for pair in filter(None, (p.strip() for p in params.split(","))):
         key, eq, value = (x.strip() for x in pair.partition("="))
         if not eq or key not in fields:
-            raise ValueError(f"arrival process {cls.name}: {pair!r} is not K=V of its parameters "
+            raise ValueError(f"arrival process {cls.name}: '{show(pair)}' is not K=V of its parameters "
                              f"({', '.join(sorted(fields))})")
+        if key in values:
+            raise ValueError(f"arrival process {cls.name}: {key} is given twice")
         kind = types.get(key)
         try:
             values[key] = int(value) if kind is int else float(value) if kind is float else value
         except ValueError:
-            raise ValueError(f"arrival process {cls.name}: {key}={value!r} is not a number") from None
+            raise ValueError(f"arrival process {cls.name}: {key}='{show(value)}' is not a number") from None
     return cls(**values).checked()
 
 
