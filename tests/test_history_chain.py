@@ -129,10 +129,15 @@ def test_a_real_chain_of_ab_sessions_keeps_each_ratio_against_its_parent_and_che
         assert [e.point.value for e in entries] == [pytest.approx(1.0, abs=0.1), pytest.approx(1.5, abs=0.2)]
         assert all(e.point.low <= e.point.value <= e.point.high and e.point.low < e.point.high for e in entries)
         judged = judge(key, entries, anchor=store.series(absolute_key(key)))
-    # one change, worse, over the slower commit: on a loaded machine the no-op commit's A/B (0.01 s rounds, one pair)
-    # may read x1.03 with a tight interval, and a stretch over both commits is then the stronger one (seen in CI at
-    # load ~5: index 0, last 1); the attribution on seeded histories is tests/test_history_chain.py's other tests'
-    [change] = judged.changes
-    assert change.worse and change.index <= 1 == change.last
+    # one change, worse, over the slower commit. The no-op commit's A/B (0.01 s rounds, one pair) may read it
+    # x1.03 with a tight interval under load: a stretch over both commits is then the stronger one (seen in CI:
+    # index 0, last 1), or that commit is a change of its own (seen in CI too). The history shows what the A/Bs
+    # read; a change anywhere else only where the A/B itself read its commit off 1. (The attribution on seeded
+    # histories is this file's other tests'.)
+    covering = [c for c in judged.changes if c.index <= 1 <= (c.last if c.last is not None else c.index)]
+    assert len(covering) == 1 and covering[0].worse, judged.changes
+    for other in (c for c in judged.changes if c not in covering):
+        point = entries[other.index].point
+        assert not point.low <= 1 <= point.high, (judged.changes, point)
     assert judged.values[1] / judged.values[0] == pytest.approx(entries[1].point.value)  # the chain steps by the ratio
     assert cli.main(["--db", str(db), "check"]) == 1
