@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.rounds import MAX_CALLS_PER_ROUND, RoundPolicy, TimedRounds, calls_per_round
 from pytest_s2st.ab.estimators import compare_pair_sets, compare_pairs
 from pytest_s2st.significance import FASTER, SAME, SLOWER
+from pytest_s2st.versions import channel
 from pytest_s2st.versions.driver import worker_args
 from pytest_s2st.versions.worktree import Worktree
 
@@ -97,6 +100,30 @@ def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
             "--s2st-config=staged/S2UT.yaml", "--s2st-ab-round-s", "0.2", "-q", "--s2st-ab-estimator", "median"]
     assert worker_args(args) == ["benchmarks/", "-k", "model", "--s2st-config=staged/S2UT.yaml",
                                  "--s2st-ab-round-s", "0.2", "-q"]
+
+
+def test_every_worker_that_connects_at_once_is_accepted():
+    """Workers that connect before the controller accepts any: each must get its handshake (a listener's accept
+    queue of 1 dropped all but a few, and those workers then waited for ever; the guard below only bounds a hang)."""
+    listener, key = channel.listener(16)
+    spec = {"address": list(listener.address), "key": key.hex()}
+    clients = [threading.Thread(target=lambda i=i: channel.send(channel.connect(spec), {"i": i}), daemon=True)
+               for i in range(16)]
+    for client in clients:
+        client.start()
+    time.sleep(0.5)  # every connection waits in the queue before the first accept
+    got: list = []
+
+    def accept() -> None:
+        while len(got) < 16:
+            got.append(channel.receive(listener.accept(), 30))
+
+    threading.Thread(target=accept, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while len(got) < 16 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    listener.close()
+    assert sorted(m["i"] for m in got) == list(range(16))
 
 
 def test_the_base_reads_its_own_files_wherever_the_head_named_them(tmp_path):

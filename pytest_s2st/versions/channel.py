@@ -44,9 +44,11 @@ def receive(conn: Connection, timeout: float | None = None) -> dict[str, Any] | 
     return message
 
 
-def listener() -> tuple[Listener, bytes]:
+def listener(workers: int) -> tuple[Listener, bytes]:
+    """A loopback listener whose accept queue holds every worker at once: multiprocessing's default of 1 drops the
+    handshake of workers that connect together, and such a worker then waits for a challenge that never comes."""
     key = os.urandom(32)
-    return Listener(("127.0.0.1", 0), authkey=key), key
+    return Listener(("127.0.0.1", 0), backlog=max(workers, 1) + 8, authkey=key), key
 
 
 def worker_spec() -> dict[str, Any] | None:

@@ -165,7 +165,7 @@ class Driver:
         log_dir.mkdir(parents=True, exist_ok=True)
         items_file = log_dir / "items.txt"
         items_file.write_text("".join(f"{nodeid}\n" for nodeid in items), encoding="utf-8")
-        self.listener, key = channel.listener()
+        self.listener, key = channel.listener(2 * pairs)
         self.workers: list[WorkerProcess] = []
         for pair in range(pairs):
             for name in SIDES:
