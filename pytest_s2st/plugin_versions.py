@@ -34,9 +34,18 @@ AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rou
 ROUNDS_ONLY = {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
 
 
+# what no worker writes: the session's results are the controller's (the summary file, from the command line or an
+# ini); the head's dumps are the first head worker's (two workers writing one folder would race)
+NO_SUMMARY = {"summary": None}  # None: not given (the default), whatever the ini says
+
+
 def worker_settings(spec: dict) -> dict:
-    """What a worker's own settings become: a pair after the first only times its rounds (ROUNDS_ONLY)."""
-    return dict(ROUNDS_ONLY) if spec.get("pair") else {}
+    """What a worker's own settings become: a pair after the first only times its rounds (ROUNDS_ONLY); no worker
+    writes a summary file, and only the first head worker dumps what its benchmarks produce."""
+    out = dict(NO_SUMMARY, **(ROUNDS_ONLY if spec.get("pair") else {}))
+    if spec.get("pair") or spec.get("side") != "head":
+        out["dump_dir"] = None
+    return out
 
 
 def configure(config: pytest.Config, state: SessionState) -> None:
@@ -81,13 +90,14 @@ class VersionsController:
         # each benchmark's Compared: the head's rounds become its pytest-benchmark row
         self.compared: dict[str, Any] = {}
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from .ab.stopping import StoppingRule  # lazy: heavy
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The workers start now, beside this session's own collection (they wait for its benchmarks' names):
+        nothing is started for a run that collects or lists and runs nothing."""
         from .versions.driver import Driver, Side, worker_args  # lazy: heavy
         from .versions.paths import BasePaths  # lazy: plugin load
 
-        items = [item.nodeid for item in session.items if "s2st_benchmark" in getattr(item, "fixturenames", ())]
-        if not items:
+        option = self.config.option
+        if any(getattr(option, name, False) for name in ("collectonly", "showfixtures", "show_fixtures_per_test")):
             return
         # a module of one side that fails to collect is that module's benchmarks' reason, not the end of the side
         args = worker_args(list(self.config.invocation_params.args)) + ["--continue-on-collection-errors"]
@@ -96,10 +106,22 @@ class VersionsController:
         sides = {"head": Side(self.start, args, self.worktree.repository, _pythonpath(self.worktree.repository)),
                  "base": Side(self.worktree.mapped(self.start), base_args, self.worktree.path,
                               _pythonpath(self.worktree.path), tuple(base_paths.absent))}
+        logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
+        self.driver = Driver(sides, logs, self.state.option("ab_pairs"))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from .ab.stopping import StoppingRule  # lazy: heavy
+
+        if self.driver is None:
+            return
+        items = [item.nodeid for item in session.items if "s2st_benchmark" in getattr(item, "fixturenames", ())]
+        if not items:  # nothing to compare: the workers go (they run nothing)
+            self.driver.close()
+            self.driver = None
+            return
         rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS,
                                        self.state.option("compare_fail") or (), self.estimator())
-        logs = Path(self.state.plan_evidence_root()) / "ab-workers"  # kept: each worker's own output
-        self.driver = Driver(sides, items, logs, self.state.option("ab_pairs"), rule, self.state.option("ab_round_s"))
+        self.driver.begin(items, rule, self.state.option("ab_round_s"))
 
     def estimator(self, chosen: str | None = None) -> Any:
         """The A/B estimator of a test: the one it chose (``s2st_benchmark(..., ab_estimator=)``), else

@@ -88,10 +88,13 @@ def test_only_the_first_pair_runs_the_untimed_passes():
     from pytest_s2st.plugin_versions import worker_settings
     from pytest_s2st.settings import BY_NAME
 
-    assert worker_settings({"side": "head", "pair": 0}) == {}
+    assert worker_settings({"side": "head", "pair": 0}) == {"summary": None}  # the controller's summary alone
+    assert worker_settings({"side": "base", "pair": 0}) == {"summary": None, "dump_dir": None}
     later = worker_settings({"side": "base", "pair": 1})
-    assert later == {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off"}
-    assert all(BY_NAME[name].parse(value) == value for name, value in later.items())  # values the settings take
+    assert later == {"memory": "off", "flops": "off", "tensor_memory": "off", "instructions": "off", "summary": None,
+                     "dump_dir": None}
+    assert all(BY_NAME[name].parse(value) == value for name, value in later.items() if value is not None)
+    assert all(BY_NAME[name].default is None for name, value in later.items() if value is None)
 
 
 def test_worker_args_drop_what_writes_or_judges_results_and_keep_the_rest():
@@ -207,6 +210,21 @@ def test_usage_errors_come_before_any_test(tmp_path):
     done = _run(repo, "--s2st-ab-base", "main", "--s2st-ab-pairs", "0")
     assert done.returncode == 4 and "--s2st-ab-pairs" in done.stderr
     assert "s2st-ab-base" not in _git(repo, "worktree", "list")
+
+
+def test_workers_start_only_for_a_run_that_runs_benchmarks(tmp_path):
+    """The workers start beside the controller's collection: --collect-only starts none; a selection with no s2st
+    benchmark ends them before they run anything (a plain test runs in the controller as usual)."""
+    repo = _repo(tmp_path / "repo", {"model.py": MODEL.format(delay=0.001), "test_bench.py": BENCH,
+                                     "test_plain.py": "def test_plain():\n    assert True\n"})
+    listed = _run(repo, "--s2st-ab-base", "main", "--co", "-q")
+    assert listed.returncode == 0 and "test_bench.py::test_model" in listed.stdout, listed.stdout[-2000:]
+    assert not list(repo.glob(".s2st-runs/*/ab-workers")), "--collect-only started workers"
+    plain = _run(repo, "--s2st-ab-base", "main", "test_plain.py")
+    assert plain.returncode == 0 and "1 passed" in plain.stdout, plain.stdout[-2000:]
+    logs = list(repo.glob(".s2st-runs/*/ab-workers/*.log"))
+    assert len(logs) == 4 and not any("passed" in log.read_text() for log in logs)  # started, ran nothing
+    assert _git(repo, "worktree", "list").count("\n") == 1
 
 
 BROKEN = '''

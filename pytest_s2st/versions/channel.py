@@ -3,7 +3,7 @@ HMAC handshake on a random key, so no other local process can drive a worker), e
 at most MAX_MESSAGE bytes.
 
 The worker finds the controller in the environment variable ENV: JSON ``{"address": [host, port], "key": hex,
-"side": "base"|"head", "pair": N, "items": path}``.
+"side": "base"|"head", "pair": N}``.
 """
 from __future__ import annotations
 

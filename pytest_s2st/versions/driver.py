@@ -39,6 +39,16 @@ DROPPED = (("--s2st-ab-base", True), ("--s2st-ab-pairs", True), ("--s2st-ab-esti
            ("--s2st-strict", False), ("--benchmark-compare", False), ("--s2st-history", True),
            ("--s2st-history-fail", True), ("--s2st-history-window", True))
 
+CONTROLLER_ONLY_ENV = ("GITHUB_STEP_SUMMARY",)  # the job's summary has the controller's table, not each worker's
+
+# a worker is pytest's own entry point (as ``python -m pytest``), ended once every atexit handler has run, without
+# the interpreter's teardown: with torch loaded that is about 0.35 s of CPU a worker (docs/records/measurement.md)
+WORKER_MAIN = ("import atexit, os, sys, pytest\n"
+               "code = pytest.console_main()\n"
+               "sys.stdout.flush(); sys.stderr.flush()\n"
+               "atexit._run_exitfuncs()\n"
+               "os._exit(int(code))\n")
+
 
 def worker_args(args: Sequence[str]) -> list[str]:
     """The controller's command line for a worker: DROPPED options removed (the base's paths are then placed in
@@ -154,34 +164,46 @@ class Side:
 
 
 class Driver:
-    """``pairs`` worker pairs of the ``sides`` ({"base": Side, "head": Side}), logs in ``log_dir``."""
+    """``pairs`` worker pairs of the ``sides`` ({"base": Side, "head": Side}), logs in ``log_dir``. The workers start
+    at once, while the controller collects its own tests (two cores: a start is mostly imports); ``begin`` then names
+    the benchmarks they compare and how the rounds stop."""
 
-    def __init__(self, sides: dict[str, Side], items: Sequence[str], log_dir: Path, pairs: int, rule: StoppingRule,
-                 round_s: float):
+    def __init__(self, sides: dict[str, Side], log_dir: Path, pairs: int):
         self.sides = sides
-        self.order = {nodeid: i for i, nodeid in enumerate(items)}
-        self.rule, self.round_s = rule, round_s
+        self.order: dict[str, int] = {}
+        self.rule: StoppingRule | None = None  # begin() sets them
+        self.round_s = 0.0
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
-        items_file = log_dir / "items.txt"
-        items_file.write_text("".join(f"{nodeid}\n" for nodeid in items), encoding="utf-8")
         self.listener, key = channel.listener(2 * pairs)
         self.workers: list[WorkerProcess] = []
         for pair in range(pairs):
             for name in SIDES:
                 side = sides[name]
-                spec = {"address": list(self.listener.address), "key": key.hex(), "side": name, "pair": pair,
-                        "items": str(items_file)}
-                env = {**os.environ, channel.ENV: json.dumps(spec)}
+                spec = {"address": list(self.listener.address), "key": key.hex(), "side": name, "pair": pair}
+                env = {k: v for k, v in os.environ.items() if k not in CONTROLLER_ONLY_ENV}
+                env[channel.ENV] = json.dumps(spec)
                 env["PYTHONPATH"] = os.pathsep.join([str(p) for p in side.pythonpath]
                                                     + [p for p in [os.environ.get("PYTHONPATH")] if p])
                 log = log_dir / f"{name}-{pair + 1}.log"
                 with open(log, "wb") as out:
-                    process = subprocess.Popen([sys.executable, "-m", "pytest", *side.args], cwd=side.cwd, env=env,
+                    process = subprocess.Popen([sys.executable, "-c", WORKER_MAIN, *side.args], cwd=side.cwd, env=env,
                                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 self.workers.append(WorkerProcess(name, pair, process, log))
         self._accepting = threading.Thread(target=self._accept, name="s2st-ab-accept", daemon=True)
         self._accepting.start()
+
+    def begin(self, items: Sequence[str], rule: StoppingRule, round_s: float) -> None:
+        """Every worker runs ``items`` (the controller's collected benchmarks, in its order) and nothing else; each
+        is compared by ``rule`` with rounds of about ``round_s``."""
+        self.order = {nodeid: i for i, nodeid in enumerate(items)}
+        self.rule, self.round_s = rule, round_s
+        for w in self.workers:
+            if self._connected(w):
+                try:
+                    channel.send(w.conn, {"op": "items", "nodeids": list(items)})
+                except channel.ChannelClosed as exc:
+                    w.die(f"went away before it was told what to run ({exc})")
 
     # ------------------------------------------------------------------ connections and messages
 
@@ -423,13 +445,20 @@ class Driver:
     # ------------------------------------------------------------------ the end
 
     def close(self) -> None:
-        """Every worker told to finish (it runs out its remaining tests untimed), then ended; the listener closed."""
+        """Every worker told to finish (it runs out its remaining tests untimed), then ended; one that has not
+        connected yet is ended at once (it has run nothing: the session ended before its tests); the listener is
+        closed first, so no worker connects meanwhile."""
+        listener, self.listener = self.listener, None
+        if listener is not None:
+            listener.close()
         for w in self.workers:
             if w.gone is None and w.conn is not None and w.parked is not None:
                 self._skip(w)
         deadline = time.monotonic() + 60
         for w in self.workers:
-            if w.conn is not None:
+            if w.conn is None:
+                w.process.kill()
+            else:
                 try:
                     w.conn.close()
                 except OSError:
@@ -439,5 +468,3 @@ class Driver:
             except subprocess.TimeoutExpired:
                 w.process.kill()
                 w.process.wait(timeout=30)
-        listener, self.listener = self.listener, None
-        listener.close()

@@ -3,8 +3,9 @@ controller it is ready and then runs exactly the rounds it is told to, one at a 
 
 Messages to the controller: ``hello``, ``ready`` (nodeid, samples), ``per_call`` (calibration), ``round`` (the
 round's per-sample time), ``failed`` (nodeid, one line), ``measured`` (nodeid, the measurement's dict), ``bye``.
-From it: ``calibrate`` (budget_s), ``round`` (calls), ``done`` (time no more rounds), ``skip`` (this benchmark is not
-compared: the controller never reached it).
+From it: ``items`` (the nodeids to run, once, after the controller's own collection), ``calibrate`` (budget_s),
+``round`` (calls), ``done`` (time no more rounds), ``skip`` (this benchmark is not compared: the controller never
+reached it).
 """
 from __future__ import annotations
 
@@ -28,9 +29,15 @@ class Worker:
         channel.send(self.conn, {"op": "hello", "side": self.side, "pair": self.pair, "pid": os.getpid()})
 
     def items(self) -> set[str]:
-        """The nodeids the controller compares (written once, before the workers started)."""
-        with open(self.spec["items"], encoding="utf-8") as handle:
-            return {line.rstrip("\n") for line in handle if line.strip()}
+        """The nodeids the controller compares, once its own collection is done (none when it went away first:
+        its session ended before any test, e.g. a usage or collection error)."""
+        try:
+            order = channel.receive(self.conn, WAIT_S)
+        except channel.ChannelClosed:
+            return set()
+        if order is None or order.get("op") != "items":
+            raise channel.ChannelClosed(f"expected the benchmarks to run, got {order!r}")
+        return {str(nodeid) for nodeid in order.get("nodeids") or ()}
 
     def serve(self, nodeid: str, rounds: Any, origins: dict[str, str] | None = None) -> None:
         """At ``nodeid``'s timing pass: ``rounds`` (rounds.TimedRounds) runs what the controller orders.
