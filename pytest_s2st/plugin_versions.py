@@ -120,7 +120,8 @@ class VersionsController:
             self.driver = None
             return
         rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS,
-                                       self.state.option("compare_fail") or (), self.estimator())
+                                       self.state.option("compare_fail") or (), self.estimator(),
+                                       self.state.option("ab_pairs"))
         self.driver.begin(items, rule, self.state.option("ab_round_s"))
 
     def estimator(self, chosen: str | None = None) -> Any:

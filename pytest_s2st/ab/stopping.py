@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..significance import NOISE
-from .estimators import DEFAULT, Estimator
+from .estimators import DEFAULT, Estimator, median_interval
 
-FIRST_LOOK = 6  # rounds per pair and side at the first look (the fewest with a 95 % median interval)
+FIRST_LOOK = 6  # the earliest first look, in rounds per pair and side (later where too few pairs give no interval)
 EVERY = 2       # rounds between looks
 ALPHA = 0.05    # the chance, over all looks together, that an early stop is on the wrong side of a boundary
 
@@ -29,10 +29,13 @@ class StoppingRule:
     rounds: int                     # the most rounds per pair and side (the fixed design's)
     bounds: tuple[float, ...] = ()  # ratios the interval must not hold to stop; () never stops early
     estimator: Estimator = DEFAULT  # what the verdict is computed by (--s2st-ab-estimator): each look uses it too
+    first: int = FIRST_LOOK         # the first look, in rounds per pair and side (first_look)
 
     @classmethod
-    def for_limits(cls, rounds: int, limits: Sequence[object] = (), estimator: Estimator = DEFAULT) -> "StoppingRule":
-        """The rule for ``limits`` (limits.CompareLimit) on runtime_s, else for the word's noise threshold."""
+    def for_limits(cls, rounds: int, limits: Sequence[object] = (), estimator: Estimator = DEFAULT,
+                   pairs: int = 2) -> "StoppingRule":
+        """The rule for ``limits`` (limits.CompareLimit) on runtime_s, else for the word's noise threshold, over
+        ``pairs`` worker pairs."""
         bounds = []
         for limit in limits:
             if getattr(limit, "metric", None) != "runtime_s":
@@ -41,14 +44,14 @@ class StoppingRule:
                 # a limit in seconds: no ratio says which side of it the head is
                 return cls(rounds, estimator=estimator)
             bounds.append(1 + float(getattr(limit, "limit")) / 100)
-        return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))), estimator)
+        return cls(rounds, tuple(sorted(set(bounds or [1 - NOISE, 1 + NOISE]))), estimator, first_look(rounds, pairs))
 
     @property
     def looks(self) -> tuple[int, ...]:
         """The rounds per pair and side after which the rule looks (before the last)."""
         if not self.bounds:
             return ()
-        return tuple(range(FIRST_LOOK, self.rounds, EVERY))
+        return tuple(range(self.first, self.rounds, EVERY))
 
     @property
     def confidence(self) -> float:
@@ -63,3 +66,16 @@ class StoppingRule:
         if change.low is None or change.high is None:
             return False
         return not any(change.low <= b <= change.high for b in self.bounds)
+
+
+def first_look(rounds: int, pairs: int) -> int:
+    """The fewest rounds per pair and side (FIRST_LOOK at least) whose pooled ratios, ``pairs`` pairs of them, have an
+    order-statistic interval of the median at the level of the looks from there on: a look before it could not stop
+    and would only cost the others their level (one pair: 8 rounds of 20; two pairs: 6)."""
+    n = FIRST_LOOK
+    while n < rounds:
+        looks = len(range(n, rounds, EVERY))
+        if median_interval(max(1, pairs) * n, 1 - ALPHA / looks) is not None:
+            return n
+        n += 1
+    return n
