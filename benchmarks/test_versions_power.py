@@ -3,12 +3,14 @@
 - code versions: a git repository whose base runs FORWARDS forwards a call and whose head branches run more
   (A/A, +5 %, +10 %, x2 work); each trial is ``pytest --s2st-ab-base base --s2st-compare-fail=runtime_s:5%`` on a
   head, the changes interleaved trial by trial;
-- in one process: one pytest session of TRIALS tests per change, ``s2st_benchmark(head, inputs, baseline=base)``.
+- in one process: one pytest session of TRIALS tests per change, ``s2st_benchmark(head, inputs, baseline=base)``;
+- one worker pair against two: A/Bs of 4 pairs x 40 rounds, each pair then judged alone and two by two.
 
 The model is a user-style torch model: ``TransformerEncoderLayer(64, 4, 256)`` on (1, 32, 64), FORWARDS
 forwards a call (3-10 ms), one thread. The load is BUSY busy-loop processes beside (1: load ~3; 6: load ~8 with
 the benchmark's own processes); /proc/loadavg is read at every trial. The true ratio of each change is measured
-in the same window, before and after the trials, in one process with rounds of TRUE_ROUND_S alternating ABBA.
+in the same window, before and after the trials, in one process with rounds of TRUE_ROUND_S alternating ABBA, on
+the thread's CPU time (a wall-time truth read +10 % as x1.111-1.125 at load 7, where the work is 22/20 forwards).
 
     S2ST_POWER_TRIALS=20 .venv/bin/python -m pytest benchmarks/test_versions_power.py -m power -s
 """
@@ -84,10 +86,11 @@ base = make({forwards})
 
 
 def timed(model, calls):
-    start = time.perf_counter()
+    # the thread's CPU time: a busy neighbour's share of the CPU (the load) is not the model's work
+    start = time.thread_time()
     for i in range(calls):
         model(INPUTS[i % len(INPUTS)])
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 for f in (base,):
@@ -253,4 +256,77 @@ def test_ab_power_at_load(tmp_path, benchmark, load, mode):
     benchmark.extra_info.update(mode=mode, load=load, result=result, truth_before=before, truth_after=after)
     if os.environ.get("S2ST_POWER_OUT"):  # every trial, for a closer look
         Path(os.environ["S2ST_POWER_OUT"]).write_text(json.dumps(benchmark.extra_info, indent=1))
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+
+
+# --- one worker pair against two: every pair of a 4-pair A/B judged on its own --------------------------------------
+
+REPLAY_PAIRS, REPLAY_ROUNDS = 4, 40
+DESIGNS = {"2 pairs x 20 (the old default)": [((0, 1), 20), ((2, 3), 20)],
+           "1 pair x 20": [((p,), 20) for p in range(REPLAY_PAIRS)],
+           "1 pair x 40 (the default)": [((p,), 40) for p in range(REPLAY_PAIRS)]}
+
+
+def replay(sets: list, rounds: int) -> tuple:
+    """The verdict the code-version A/B would give on these pairs' recorded own-time rounds, with its early stop
+    under a 5 % limit: (change, rounds run, FAIL)."""
+    from types import SimpleNamespace
+
+    from pytest_s2st.ab.estimators import DEFAULT
+    from pytest_s2st.ab.stopping import StoppingRule
+
+    limit = SimpleNamespace(metric="runtime_s", percent=True, limit=5.0)
+    rule = StoppingRule.for_limits(rounds, [limit], DEFAULT, len(sets))
+    done = next((n for n in range(1, rounds + 1) if rule.settled(n, [(b[:n], h[:n]) for b, h in sets])), rounds)
+    change = DEFAULT.pair_sets([(b[:done], h[:done]) for b, h in sets])
+    return change, done, change.ratio is not None and change.ratio > 1.05 and change.word == "slower"
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_one_pair_against_two(tmp_path, benchmark, load):
+    """Each trial is one A/B of REPLAY_PAIRS worker pairs and REPLAY_ROUNDS rounds, every round run (a limit in
+    seconds never stops early); each pair is then judged on its own and two by two, as the 1-pair and 2-pair designs
+    would have judged them (their early stop replayed on the recorded rounds). A process pair's own median over
+    40 rounds shows how far processes differ."""
+    changes = {c: f for c, f in CHANGES.items() if c != "x2" and (not ONLY or c in ONLY)}
+    root = version_repo(tmp_path / "project", changes)
+    hogs = _hogs(LOADS[load])
+    trials = []
+    try:
+        time.sleep(3)
+        before = true_ratios(root, changes)
+        for trial in range(TRIALS):
+            for name in changes:
+                _git(root, "checkout", "-q", name)
+                done = _pytest(root, "test_bench.py", "--s2st-ab-base", "base", "--s2st-ab-pairs", str(REPLAY_PAIRS),
+                               "--s2st-min-rounds", str(REPLAY_ROUNDS), "--s2st-compare-fail=runtime_s:1000s",
+                               "--s2st-summary=ab.json")
+                assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+                row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
+                trials.append({"change": name, "load": _load(), "rounds_own_s": row["rounds_own_s"]})
+        after = true_ratios(root, changes)
+    finally:
+        _stop(hogs)
+    from pytest_s2st.ab.estimators import DEFAULT
+
+    loads = sorted(t["load"] for t in trials)
+    lines = [f"{load}: {TRIALS} trials a change, load {loads[0]:.1f}-{loads[len(loads) // 2]:.1f}-{loads[-1]:.1f}; "
+             f"true ratios before {before}, after {after}"]
+    for name in changes:
+        own = sorted(DEFAULT.pairs(b, h).ratio for t in trials if t["change"] == name for b, h in t["rounds_own_s"])
+        lines.append(f"  {name}: each pair's own median: {own[0]:.3f}-{own[len(own) // 2]:.3f}-{own[-1]:.3f}")
+    for design, groups in DESIGNS.items():
+        lines.append(f"  {design}: change, A/Bs, words, FAIL at 5 %, ratio min-median-max, rounds min-median-max")
+        for name in changes:
+            judged = [replay([t["rounds_own_s"][p] for p in pairs], rounds)
+                      for t in trials if t["change"] == name for pairs, rounds in groups]
+            words: dict = {}
+            for change, _, _ in judged:
+                words[change.word] = words.get(change.word, 0) + 1
+            ratios, used = sorted(c.ratio for c, _, _ in judged), sorted(n for _, n, _ in judged)
+            k = len(judged)
+            lines.append(f"    {name:<7}{k:>4} {words} {sum(f for _, _, f in judged)} "
+                         f"{ratios[0]:.3f}-{ratios[k // 2]:.3f}-{ratios[-1]:.3f} {used[0]}-{used[k // 2]}-{used[-1]}")
+    print("\n" + "\n".join(lines))
+    benchmark.extra_info.update(load=load, trials=trials, truth_before=before, truth_after=after)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)

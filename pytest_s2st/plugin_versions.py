@@ -26,7 +26,15 @@ if TYPE_CHECKING:
     from .protocols import Node, SessionState
     from .rounds import TimedRounds
 
-AB_VERSION_ROUNDS = 20  # rounds per worker pair and side, unless --s2st-min-rounds says otherwise
+# paired round ratios per benchmark at most: rounds per worker pair and side are this over the pairs (one pair: 40,
+# two: 20), unless --s2st-min-rounds says otherwise; at load 8 one pair of 20 missed a +10 % change that 40 caught
+# (docs/records/measurement.md)
+AB_VERSION_RATIOS = 40
+
+
+def version_rounds(pairs: int, asked: int | None) -> int:
+    """The most rounds per worker pair and side: ``asked`` (--s2st-min-rounds), else AB_VERSION_RATIOS shared."""
+    return asked or -(-AB_VERSION_RATIOS // max(1, pairs))
 
 
 # a worker of a pair after the first: no memory, FLOPs, tensor or instruction pass (its timed rounds are all the
@@ -119,9 +127,9 @@ class VersionsController:
             self.driver.close()
             self.driver = None
             return
-        rule = StoppingRule.for_limits(self.state.option("min_rounds") or AB_VERSION_ROUNDS,
-                                       self.state.option("compare_fail") or (), self.estimator(),
-                                       self.state.option("ab_pairs"))
+        pairs = self.state.option("ab_pairs")
+        rule = StoppingRule.for_limits(version_rounds(pairs, self.state.option("min_rounds")),
+                                       self.state.option("compare_fail") or (), self.estimator(), pairs)
         self.driver.begin(items, rule, self.state.option("ab_round_s"))
 
     def estimator(self, chosen: str | None = None) -> Any:

@@ -340,8 +340,9 @@ SETTINGS: tuple[Setting, ...] = (
             "origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, "
             "each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)",
             per_case=False, metavar="REF"),
-    Setting("ab_pairs", bounded_int(MAX_PROCESSES // 2), 2, "--s2st-ab-base: pairs of worker processes (one per side "
-            "each), their rounds interleaved: each process's own memory layout averages out over the pairs",
+    Setting("ab_pairs", bounded_int(MAX_PROCESSES // 2), 1, "--s2st-ab-base: pairs of worker processes (one per side "
+            "each), their rounds interleaved; with 2 or more the interval is widened to hold each pair's own median "
+            "(a process's memory layout moves all its rounds alike)",
             per_case=False, metavar="N"),
     Setting("ab_estimator", text, "median", "what judges an A/B's paired round ratios (baseline=, --s2st-ab-base) into "
             "its ratio, 95% interval and word: a name of pytest_s2st.ab.ESTIMATORS (median: the median of the ABBA "

@@ -24,8 +24,8 @@ class CodeVersions(ABMode):
     name = "code versions"
     against = "the base"
     legend = ("ratio: median of the paired head/base round ratios (a warm worker process per side, taking turns "
-              "round by round, ABBA; each round less its wait for a CPU) [its 95% interval, widened to hold each "
-              "worker pair's median]; slower/faster "
+              "round by round, ABBA; each round less its wait for a CPU) [its 95% interval; with several worker "
+              "pairs, widened to hold each pair's median]; slower/faster "
               "when the interval excludes 1 and the ratio is past 2%; other columns: the head (its change from "
               "the base), or, stacked, each side and the change")
 
@@ -44,11 +44,14 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
                "rounds_s": [list(s) for s in compared.sets],
                "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
                "stopped": compared.stopped or "every round run"}
+    several = len(compared.sets) > 1
     method = (f"{estimator.statistic} of paired head/base round ratios (each round's own time: wall less the time its "
               "thread waited for a CPU), base and head in warm worker processes (each importing its own tree, all on "
-              "one CPU while timing) taking turns round by round, ABBA, worker pairs interleaved; "
-              f"95% {estimator.sets_interval}; the rounds stop early once that interval at "
-              "1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit (ab/stopping.py)")
+              "one CPU while timing) taking turns round by round, ABBA"
+              f"{', worker pairs interleaved' if several else ''}; "
+              f"95% {estimator.sets_interval if several else estimator.interval}; the rounds stop early once that "
+              "interval at 1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit "
+              "(ab/stopping.py)")
     if compared.missing is not None:
         return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
                         missing=compared.missing, mode=MODE.name, estimator=estimator.name, details=details)
