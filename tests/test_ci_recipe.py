@@ -64,8 +64,12 @@ def test_the_ab_step_fails_a_slower_head_and_passes_the_same_code(tmp_path, head
         assert re.search(r"FAILED benchmarks/test_bench.py::test_model - runtime_s x[\d.]+ \[[\d.]+, [\d.]+\] "
                          r"slower \(\d+ ABBA pairs\) against the base, limit runtime_s:5%", out), out[-4000:]
         assert "| slower | **FAIL** |" in summary and 'name="s2st_verdict" value="FAIL' in junit
-        if head_delay == 0.004:  # decided at the first look: 2 worker pairs x 6 rounds, not x 20 (ab/stopping.py)
-            assert "slower (12 ABBA pairs) against the base" in out, out[-4000:]
+        if head_delay == 0.004:  # decided at the first look: 1 worker pair x 10 rounds, not x 40 (ab/stopping.py)
+            from pytest_s2st.ab.stopping import first_look
+            from pytest_s2st.plugin_versions import version_rounds
+
+            first = first_look(version_rounds(1, None), 1)
+            assert first == 10 and f"slower ({first} ABBA pairs) against the base" in out, out[-4000:]
     else:
         assert done.returncode == 0 and "no significant change" in out, out[-4000:]
         assert "| no significant change |" in summary  # INCONCLUSIVE: a busy wait has no FLOPs for flops:1%
