@@ -200,10 +200,7 @@ class Driver:
         self.rule, self.round_s = rule, round_s
         for w in self.workers:
             if self._connected(w):
-                try:
-                    channel.send(w.conn, {"op": "items", "nodeids": list(items)})
-                except channel.ChannelClosed as exc:
-                    w.die(f"went away before it was told what to run ({exc})")
+                self._send(w, {"op": "items", "nodeids": list(items)})
 
     # ------------------------------------------------------------------ connections and messages
 
@@ -270,13 +267,17 @@ class Driver:
             return message
         return None
 
-    def _order(self, w: WorkerProcess, message: dict, timeout: float, what: str) -> dict | None:
+    def _send(self, w: WorkerProcess, message: dict) -> bool:
+        """Whether ``message`` reached ``w``; a worker whose end is closed is gone."""
         try:
             channel.send(w.conn, message)
         except channel.ChannelClosed as exc:
             w.die(f"went away ({exc})")
-            return None
-        return self._receive(w, timeout, what)
+            return False
+        return True
+
+    def _order(self, w: WorkerProcess, message: dict, timeout: float, what: str) -> dict | None:
+        return self._receive(w, timeout, what) if self._send(w, message) else None
 
     def _arrive(self, w: WorkerProcess, nodeid: str) -> bool:
         """Whether ``w`` waits at ``nodeid``'s timing pass; it is released from any benchmark before it."""
@@ -383,10 +384,7 @@ class Driver:
 
     def _release(self, w: WorkerProcess, op: str) -> None:
         """A waiting worker goes on: ``done`` (its rounds are over) or ``skip`` (this benchmark is not compared)."""
-        try:
-            channel.send(w.conn, {"op": op})
-        except channel.ChannelClosed:
-            w.die("went away")
+        self._send(w, {"op": op})
         w.parked = None
 
     def _skip(self, w: WorkerProcess) -> None:
