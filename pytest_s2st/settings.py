@@ -333,9 +333,10 @@ SETTINGS: tuple[Setting, ...] = (
             "ko-mecab, flores200, ...); it is in the score's signature", metavar="NAME"),
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: "
             "not written)", metavar="DIR"),
-    Setting("ab_round_s", bounded_float(MAX_ROUND_S), 0.1, "an A/B (baseline=, --s2st-ab-base) runs this many seconds "
+    Setting("ab_round_s", bounded_float(MAX_ROUND_S), None, "an A/B (baseline=, --s2st-ab-base) runs this many seconds "
             "of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy "
-            "machine then takes its share of a round rather than adding the same delay to both sides", metavar="S"),
+            "machine then takes its share of a round rather than adding the same delay to both sides (default: 0.1 "
+            "in one process, 0.025 across code versions)", metavar="S"),
     Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: "
             "origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, "
             "each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)",

@@ -85,7 +85,7 @@ def test_a_round_of_several_calls_walks_the_samples_and_records_per_sample_means
 def test_the_rounds_are_forty_ratios_shared_by_the_pairs_unless_asked():
     from pytest_s2st.plugin_versions import version_rounds
 
-    assert [version_rounds(p, None) for p in (1, 2, 3, 4)] == [40, 20, 14, 10]
+    assert [version_rounds(p, None) for p in (1, 2, 3, 4)] == [160, 80, 54, 40]
     assert version_rounds(1, 6) == 6 and version_rounds(2, 30) == 30  # --s2st-min-rounds: per pair, as given
 
 

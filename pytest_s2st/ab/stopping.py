@@ -1,8 +1,10 @@
 """When a code-version A/B may stop its rounds early: a group-sequential rule over the paired round ratios.
 
 The fixed design runs ``rounds`` rounds per worker pair and side and judges them once, at 95 %. This rule looks at
-the rounds so far every ``EVERY`` rounds from ``FIRST_LOOK`` on, with the same estimator (ab/estimators.py; the
-default: median of the pooled ratios, order-statistic interval widened to each pair's median) at a stricter level:
+the rounds so far from ``FIRST_LOOK`` on, each look GROWTH times the rounds of the one before (so the looks, and the
+level each one pays, grow with the log of the rounds, not with the rounds), with the same estimator
+(ab/estimators.py; the default: median of the pooled ratios, order-statistic interval widened to each pair's median)
+at a stricter level:
 1 - 0.05 / K for K interim looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so
 the rounds left could not move the verdict unless the interval missed the true ratio: at most 5 % of the time over
 all looks together. The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's
@@ -10,18 +12,25 @@ PASS/FAIL is what the rounds must settle: an A/A well inside a 5 % limit stops a
 its rounds support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds
 run): its interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is
 no ratio: no early stop.
+
+A change past a boundary (a FAIL, or `slower`/`faster`) is also measured: it stops only once its 95 % interval is
+within +-PRECISION of its ratio, so the reported size of a slowdown is as good as its verdict (at load 3, 10 rounds
+of one pair put x1.10 anywhere in x1.08-1.12). Sameness (inside every boundary) stops as soon as it is decided:
+that is the common pull request, and what the early stop is for.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..significance import NOISE
+from ..significance import NOISE, Change
 from .estimators import DEFAULT, Estimator, median_interval
 
 FIRST_LOOK = 6  # the earliest first look, in rounds per pair and side (later where too few pairs give no interval)
-EVERY = 2       # rounds between looks
+GROWTH = 1.25   # each look at this many times the rounds of the one before (at least one round more)
 ALPHA = 0.05    # the chance, over all looks together, that an early stop is on the wrong side of a boundary
+PRECISION = 0.02  # a change past a boundary stops once its 95 % interval is within this of its ratio (relative)
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,7 @@ class StoppingRule:
     @property
     def looks(self) -> tuple[int, ...]:
         """The rounds per pair and side after which the rule looks (before the last)."""
-        if not self.bounds:
-            return ()
-        return tuple(range(self.first, self.rounds, EVERY))
+        return looks_from(self.first, self.rounds) if self.bounds else ()
 
     @property
     def confidence(self) -> float:
@@ -63,9 +70,10 @@ class StoppingRule:
         if done not in self.looks:
             return False
         change = self.estimator.pair_sets(sets, self.confidence)
-        if change.low is None or change.high is None:
+        if change.low is None or change.high is None or any(change.low <= b <= change.high for b in self.bounds):
             return False
-        return not any(change.low <= b <= change.high for b in self.bounds)
+        inside = all(change.high < b if b > 1 else change.low > b for b in self.bounds)
+        return inside or precise(self.estimator.pair_sets(sets))
 
 
 def first_look(rounds: int, pairs: int) -> int:
@@ -74,8 +82,24 @@ def first_look(rounds: int, pairs: int) -> int:
     and would only cost the others their level (one pair: 8 rounds of 20; two pairs: 6)."""
     n = FIRST_LOOK
     while n < rounds:
-        looks = len(range(n, rounds, EVERY))
-        if median_interval(max(1, pairs) * n, 1 - ALPHA / looks) is not None:
+        if median_interval(max(1, pairs) * n, 1 - ALPHA / len(looks_from(n, rounds))) is not None:
             return n
         n += 1
     return n
+
+
+def precise(change: Change) -> bool:
+    """Whether ``change``'s interval is within +-PRECISION of its ratio."""
+    if not change.ratio or change.low is None or change.high is None:
+        return False
+    return change.high <= change.ratio * (1 + PRECISION) and change.low >= change.ratio * (1 - PRECISION)
+
+
+def looks_from(first: int, rounds: int) -> tuple[int, ...]:
+    """The looks of a rule of at most ``rounds`` rounds whose first look is at ``first`` (none at the last round: the
+    fixed design judges that one)."""
+    looks, n = [], first
+    while n < rounds:
+        looks.append(n)
+        n = max(n + 1, math.ceil(n * GROWTH))
+    return tuple(looks)
