@@ -265,7 +265,7 @@ def test_ab_power_at_load(tmp_path, benchmark, load, mode):
 REPLAY_PAIRS, REPLAY_ROUNDS = 4, 40
 DESIGNS = {"2 pairs x 20 (the old default)": [((0, 1), 20), ((2, 3), 20)],
            "1 pair x 20": [((p,), 20) for p in range(REPLAY_PAIRS)],
-           "1 pair x 40 (the default)": [((p,), 40) for p in range(REPLAY_PAIRS)]}
+           "1 pair x 40 (the default of 2026-12-05)": [((p,), 40) for p in range(REPLAY_PAIRS)]}
 
 
 def replay(sets: list, rounds: int) -> tuple:
@@ -287,8 +287,8 @@ def replay(sets: list, rounds: int) -> tuple:
 def test_one_pair_against_two(tmp_path, benchmark, load):
     """Each trial is one A/B of REPLAY_PAIRS worker pairs and REPLAY_ROUNDS rounds, every round run (a limit in
     seconds never stops early); each pair is then judged on its own and two by two, as the 1-pair and 2-pair designs
-    would have judged them (their early stop replayed on the recorded rounds). A process pair's own median over
-    40 rounds shows how far processes differ."""
+    would have judged them (their early stop replayed on the recorded rounds), in rounds of 0.1 s as when it was
+    recorded. A process pair's own median over 40 rounds shows how far processes differ."""
     changes = {c: f for c, f in CHANGES.items() if c != "x2" and (not ONLY or c in ONLY)}
     root = version_repo(tmp_path / "project", changes)
     hogs = _hogs(LOADS[load])
@@ -300,7 +300,8 @@ def test_one_pair_against_two(tmp_path, benchmark, load):
             for name in changes:
                 _git(root, "checkout", "-q", name)
                 done = _pytest(root, "test_bench.py", "--s2st-ab-base", "base", "--s2st-ab-pairs", str(REPLAY_PAIRS),
-                               "--s2st-min-rounds", str(REPLAY_ROUNDS), "--s2st-compare-fail=runtime_s:1000s",
+                               "--s2st-min-rounds", str(REPLAY_ROUNDS), "--s2st-ab-round-s", "0.1",
+                               "--s2st-compare-fail=runtime_s:1000s",
                                "--s2st-summary=ab.json")
                 assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
                 row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
