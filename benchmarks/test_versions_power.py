@@ -222,7 +222,9 @@ def _lines(title: str, result: dict, truth: dict) -> list[str]:
     for name, r in result.items():
         if not isinstance(r, dict) or "ratios" not in r:
             continue
-        x = sorted(r["ratios"])
+        x = sorted(v for v in r["ratios"] if v is not None) or [math.nan]
+        # an A/B with no ratio is a result, not a crash of the summary: counted, with what its record said
+        none = [f"{t.get('word')} ({t.get('stopped')})" for t in r.get("trials", []) if t.get("ratio") is None]
         cost = ""
         if r.get("plain_s"):
             ab, plain = sorted(r["wall_s"]), sorted(r["plain_s"])
@@ -232,7 +234,8 @@ def _lines(title: str, result: dict, truth: dict) -> list[str]:
             cost += f"  {rounds[0]}-{rounds[len(rounds) // 2]}-{rounds[-1]}"
         lines.append(f"{name:<8}{truth.get(name, math.nan):>7.3f}{r['slower']:>8}{r['faster']:>8}{r['fail']:>9}  "
                      f"{x[0]:.3f}-{x[len(x) // 2]:.3f}-{x[-1]:.3f}{cost}"
-                     + (f"  {r['words']}" if r.get("words") else ""))
+                     + (f"  {r['words']}" if r.get("words") else "")
+                     + (f"  NO RATIO in {len(none)}: {'; '.join(none)}" if none else ""))
     return lines
 
 
