@@ -33,7 +33,7 @@ VERSION_ROUND_S = 0.025
 
 # paired round ratios per benchmark at most: rounds per worker pair and side are this over the pairs (one pair: 160,
 # two: 80), unless --s2st-min-rounds says otherwise; 160 rounds of VERSION_ROUND_S take the time 40 rounds of 0.1 s
-# took, and at load 8 one pair of 20 such rounds had missed a +10 % change that 40 caught
+# took (at load 8 one pair of 20 rounds of 0.1 s had missed a +10 % change that 40 caught)
 AB_VERSION_RATIOS = 160
 
 

@@ -50,8 +50,8 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
               "one CPU while timing) taking turns round by round, ABBA"
               f"{', worker pairs interleaved' if several else ''}; "
               f"95% {estimator.sets_interval if several else estimator.interval}; the rounds stop early once that "
-              "interval at 1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit "
-              "(ab/stopping.py)")
+              "interval at 1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit, "
+              "and a change past one once its 95% interval is within 2% of its ratio (ab/stopping.py)")
     if compared.missing is not None:
         return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
                         missing=compared.missing, mode=MODE.name, estimator=estimator.name, details=details)
