@@ -181,9 +181,10 @@ def code_versions(root: Path, changes: dict[str, int]) -> dict:
             assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
             row = json.loads((root / "ab.json").read_text())[0]["s2st"]["ab"]
             out[name].setdefault("trials", []).append(
-                {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round", "stopped")}
+                {k: row.get(k) for k in ("ratio", "low", "high", "word", "calls_per_round", "stopped", "missing")}
                 | {"pairs": [_median_ratio(b, h) for b, h in row.get("rounds_s") or []], "load": out[name]["load"][-1],
-                   "rounds_s": row.get("rounds_s"), "rounds_own_s": row.get("rounds_own_s")})
+                   "rounds_s": row.get("rounds_s"), "rounds_own_s": row.get("rounds_own_s")}
+                | ({"output": done.stdout[-1500:]} if row.get("ratio") is None else {}))
             out[name]["ratios"].append(row["ratio"])
             out[name]["slower"] += row["word"] == "slower"
             out[name]["faster"] += row["word"] == "faster"
@@ -224,7 +225,7 @@ def _lines(title: str, result: dict, truth: dict) -> list[str]:
             continue
         x = sorted(v for v in r["ratios"] if v is not None) or [math.nan]
         # an A/B with no ratio is a result, not a crash of the summary: counted, with what its record said
-        none = [f"{t.get('word')} ({t.get('stopped')})" for t in r.get("trials", []) if t.get("ratio") is None]
+        none = [f"{t.get('word')} ({t.get('missing') or t.get('stopped')})" for t in r.get("trials", []) if t.get("ratio") is None]
         cost = ""
         if r.get("plain_s"):
             ab, plain = sorted(r["wall_s"]), sorted(r["plain_s"])
