@@ -259,8 +259,9 @@ def test_ab_power_at_load(tmp_path, benchmark, load, mode):
                    f"{TRIALS} trials a change; true ratios before {before}, after {after}", result, truth)
     print("\n" + "\n".join(lines))
     benchmark.extra_info.update(mode=mode, load=load, result=result, truth_before=before, truth_after=after)
-    if os.environ.get("S2ST_POWER_OUT"):  # every trial, for a closer look
-        Path(os.environ["S2ST_POWER_OUT"]).write_text(json.dumps(benchmark.extra_info, indent=1))
+    if os.environ.get("S2ST_POWER_OUT"):  # every trial, for a closer look: one file per mode and load
+        out = Path(os.environ["S2ST_POWER_OUT"])
+        out.with_name(f"{out.stem}-{mode}-{load}{out.suffix}").write_text(json.dumps(benchmark.extra_info, indent=1))
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
 
 
