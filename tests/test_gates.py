@@ -536,6 +536,9 @@ def test_assess_refuses_a_corrupt_wav_as_missing_evidence(tmp_path, capsys, wav_
     assert assess.main(["--baseline", str(base), "--candidate", str(cand)]) == 2
     out = capsys.readouterr().out
     assert "candidate WAV for c1-r1 unreadable" in out and "Traceback" not in out
+    line = next(x for x in out.splitlines() if "unreadable" in x)  # libsndfile's reason, not its buffer's address
+    assert line.count("c1-r1.wav") == 1 and "cannot read WAV: Error in WAV file. No 'data' chunk" in line
+    assert "BytesIO" not in line and " at 0x" not in line
     (cand / "wav" / "c1-r1.wav").unlink()
     os.mkfifo(cand / "wav" / "c1-r1.wav")  # a FIFO named like a WAV: never read
     finished, exc = _finishes(lambda: assess.main(["--baseline", str(base), "--candidate", str(cand)]))

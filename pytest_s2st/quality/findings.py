@@ -14,11 +14,12 @@ Nothing here reads a clock or loads a model.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import S2STError
-from ..inputs import finite, is_regular_file
+from ..inputs import finite, is_regular_file, show
 from ..runs import Run
 from .policy import Policy
 from .scored import UTTERANCE
@@ -77,8 +78,8 @@ class RunContext:
                 try:  # one bounded read (scorefile.read_wav): the digest and the duration of the same bytes
                     data, rate = read_wav(wav, dtype="int16")
                     self._read[wav] = WavFacts(pcm_digest(data), len(data) / rate, data if self.keep_pcm else None)
-                except S2STError as exc:  # a corrupt WAV is no evidence
-                    self._read[wav] = f"unreadable ({exc})"
+                except S2STError as exc:  # a corrupt WAV is no evidence; the finding names its path once
+                    self._read[wav] = f"unreadable ({str(exc).removeprefix(f'{show(os.fspath(wav))}: ')})"
         return self._read[wav]
 
     def pcm(self, side: str, rid: str) -> Any:

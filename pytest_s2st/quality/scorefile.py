@@ -40,7 +40,10 @@ def read_wav(wav_path: str | Path, dtype: str = "int16", always_2d: bool = False
     try:
         return sf.read(io.BytesIO(raw), dtype=dtype, always_2d=always_2d)
     except Exception as exc:  # noqa: BLE001 -- libsndfile's errors vary (LibsndfileError, RuntimeError)
-        raise S2STError(f"{show(os.fspath(wav_path))}: cannot read {what}: {show(exc)}") from None
+        # LibsndfileError's own text names the in-memory buffer ("Error opening <_io.BytesIO object at 0x...>"):
+        # its error_string is libsndfile's reason alone
+        reason = getattr(exc, "error_string", None) or exc
+        raise S2STError(f"{show(os.fspath(wav_path))}: cannot read {what}: {show(reason)}") from None
 
 
 def pcm_sha256(wav_path: str | Path) -> str:
