@@ -67,6 +67,7 @@ class Change:
     pairs: int | None = None         # ABBA pairs, for an A/B (ab/estimators.py)
     gross: bool = False              # one run per side, judged by GROSS alone (no interval)
     own_ratio: float | None = None   # the gross rule's ratio of own round times (run-queue wait out), when it had them
+    needs: int | None = None         # A/B: the fewest pairs its estimator gives an interval from (said when too few)
 
     @property
     def significant(self) -> bool:
@@ -89,7 +90,8 @@ class Change:
             return "n/a" if self.word == TOO_FEW else f"n/a ({self.word})"
         if self.pairs is not None:
             if self.low is None:
-                return f"x{self.ratio:.3f}, {self.word} ({self.pairs} ABBA pairs, need {MIN_PAIRS})"
+                need = f", need {self.needs}" if self.needs else ""
+                return f"x{self.ratio:.3f}, {self.word} ({self.pairs} ABBA pairs{need})"
             return f"x{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.word} ({self.pairs} ABBA pairs)"
         if self.gross:
             own = (f"; own round times, the run-queue wait taken out: x{self.own_ratio:.3f}"

@@ -107,6 +107,12 @@ def test_the_default_is_the_median_and_one_registry_serves_both_modes():
     assert DEFAULT.pairs(BASE, CAND[:-1] + [float("nan")]).ratio is None  # missing evidence: no ratio
 
 
+def test_too_few_pairs_names_the_count_its_own_estimator_needs(hodges_lehmann):
+    assert DEFAULT.pairs(BASE[:5], CAND[:5]).describe() == "x1.042, too few rounds (5 ABBA pairs, need 6)"
+    # another estimator's minimum is its own: the median's 6 is not claimed for it
+    assert hodges_lehmann.pairs(BASE[:3], CAND[:3]).describe() == "x1.037, too few rounds (3 ABBA pairs)"
+
+
 # --- an estimator registered in the test -----------------------------------------------------------------------------
 
 def test_a_registered_estimator_judges_the_pairs_of_both_modes_and_the_early_stop(hodges_lehmann):

@@ -110,7 +110,7 @@ class Median(Estimator):
         ratio = float(np.exp(np.median(logs)))
         bounds = median_interval(n, confidence)
         if bounds is None:
-            return Change(ratio, word=TOO_FEW, pairs=n)
+            return Change(ratio, word=TOO_FEW, pairs=n, needs=MIN_PAIRS)
         low, high = float(np.exp(logs[bounds[0]])), float(np.exp(logs[bounds[1]]))
         return Change(ratio, low, high, word_of(ratio, low, high), pairs=n)
 
