@@ -26,13 +26,8 @@ if TYPE_CHECKING:
     from .protocols import Node, SessionState
     from .rounds import TimedRounds
 
-# a round across code versions, unless --s2st-ab-round-s says otherwise: this machine's speed moves in steps that
-# last about a second, so a round ratio of 0.025 s is hardly noisier than one of 0.1 s (MAD 3.7-5.9 % against
-# 4.4-4.8 % at load 3 and 8) and four of them take the time of one (docs/records/measurement.md)
-VERSION_ROUND_S = 0.025
-
 # paired round ratios per benchmark at most: rounds per worker pair and side are this over the pairs (one pair: 160,
-# two: 80), unless --s2st-min-rounds says otherwise; 160 rounds of VERSION_ROUND_S take the time 40 rounds of 0.1 s
+# two: 80), unless --s2st-min-rounds says otherwise; 160 rounds of settings.AB_ROUND_S take the time 40 rounds of 0.1 s
 # took (at load 8 one pair of 20 rounds of 0.1 s had missed a +10 % change that 40 caught)
 AB_VERSION_RATIOS = 160
 
@@ -40,11 +35,6 @@ AB_VERSION_RATIOS = 160
 def version_rounds(pairs: int, asked: int | None) -> int:
     """The most rounds per worker pair and side: ``asked`` (--s2st-min-rounds), else AB_VERSION_RATIOS shared."""
     return asked or -(-AB_VERSION_RATIOS // max(1, pairs))
-
-
-def version_round_s(asked: float | None) -> float:
-    """A round's target across code versions: ``asked`` (--s2st-ab-round-s), else VERSION_ROUND_S."""
-    return VERSION_ROUND_S if asked is None else asked
 
 
 # a worker of a pair after the first: no memory, FLOPs, tensor or instruction pass (its timed rounds are all the
@@ -140,7 +130,7 @@ class VersionsController:
         pairs = self.state.option("ab_pairs")
         rule = StoppingRule.for_limits(version_rounds(pairs, self.state.option("min_rounds")),
                                        self.state.option("compare_fail") or (), self.estimator(), pairs)
-        self.driver.begin(items, rule, version_round_s(self.state.option("ab_round_s")))
+        self.driver.begin(items, rule, self.state.option("ab_round_s"))
 
     def estimator(self, chosen: str | None = None) -> Any:
         """The A/B estimator of a test: the one it chose (``s2st_benchmark(..., ab_estimator=)``), else
@@ -172,7 +162,7 @@ class VersionsController:
             measurement = Measurement.from_dict(compared.head[0])
             measurement.baseline = Measurement.from_dict(compared.base[0])
         measurement.info["ab"] = ab_record(compared, self.ref, self.worktree.sha, self.worktree.head_sha,
-                                           version_round_s(self.state.option("ab_round_s")), estimator).to_dict()
+                                           self.state.option("ab_round_s"), estimator).to_dict()
         return measurement
 
     def head_rounds(self, item: Node) -> list[float]:

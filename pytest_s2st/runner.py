@@ -40,7 +40,7 @@ from .measurement import Measurement, StageResult, mark_uncounted
 from .metrics import INFERENCE_NAMES
 from .pipelines.callable import user_frame
 from .rounds import PROGRESS_EVERY, Progress, RoundPolicy, TimedRounds
-from .settings import BY_NAME
+from .settings import AB_ROUND_S, BY_NAME
 from .work import inputs_fingerprint
 
 DEFAULT_MIN_ROUNDS = 5  # timed rounds at least under the warm protocol: significance.MIN_ROUNDS, an interval
@@ -78,7 +78,7 @@ class RunSettings:
     start_what: str = "before the case's model was built"
     instructions_model: Any = None  # the instruction pass's child re-creates this callable (not the case's pipeline)
     instructions_baseline: Any = None  # likewise, an in-process A/B's baseline callable
-    ab_round_s: float | None = None  # an A/B's round target (--s2st-ab-round-s; None: IN_PROCESS_ROUND_S)
+    ab_round_s: float = AB_ROUND_S  # an A/B's round target (--s2st-ab-round-s)
     ab_mode: str = IN_PROCESS  # how an A/B (baseline=) times its rounds: a mode of ab.MODES that pairs rounds
     ab_estimator: str = MEDIAN  # what judges an A/B's paired rounds: an estimator of ab.ESTIMATORS
 
@@ -90,13 +90,6 @@ class RunSettings:
         table = {f.name: settings[f.name] for f in fields(cls) if f.name in BY_NAME and f.name not in given}
         return cls(**table, **given)
 
-
-# an in-process A/B's round (baseline=) unless --s2st-ab-round-s says otherwise; its 30 pairs were measured at it
-IN_PROCESS_ROUND_S = 0.1
-
-
-def in_process_round_s(settings: RunSettings) -> float:
-    return IN_PROCESS_ROUND_S if settings.ab_round_s is None else settings.ab_round_s
 
 
 def shape_key(x: Any) -> Any:
@@ -364,7 +357,7 @@ def _measure_pipeline(pipeline, samples: Sequence[Any], settings: RunSettings, *
         paired = paired_modes()[settings.ab_mode].pair(
             rounds, TimedRounds(base_stages, base_inputs, settings.device, settings.repeat),
             PairContext(pipeline, baseline, samples, settings, estimator))
-        paired.calibrate(in_process_round_s(settings))
+        paired.calibrate(settings.ab_round_s)
     driven = paired or rounds
     if drive_timing is None:
         driven.run_all()
@@ -435,7 +428,7 @@ def _paired_runtime(measurement: Measurement, paired: Any, method: str, settings
         metric.details.update(device=settings.device.name, threads=threads, protocol=settings.runtime_protocol)
         result.metrics["runtime_s"] = metric
     _probe_metrics(base, paired.baseline)
-    measurement.info["ab"] = paired.record(in_process_round_s(settings)).to_dict()
+    measurement.info["ab"] = paired.record(settings.ab_round_s).to_dict()
 
 
 def _probe_metrics(measurement: Measurement, rounds: TimedRounds) -> None:

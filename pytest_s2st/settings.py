@@ -53,6 +53,11 @@ MAX_PROCESSES = 64     # --s2st-processes: fresh processes per side (each one a 
 MAX_ROUNDS = 100_000  # timed rounds one benchmark may ask for: each is kept (rounds_s) in the saved JSON
 MAX_SECONDS = 7 * 86400.0  # any duration option: a week (1e308 is well-formed but no bound at all)
 MAX_ROUND_S = 60.0     # --s2st-ab-round-s: one A/B round
+# an A/B round, in one process and across code versions: this machine slows every ~0.44 s for 0.1-0.2 s; with
+# rounds of 0.1 s that rhythm falls on the same side of the ABBA cycle (0.4 s) for many pairs, and 80 pairs in one
+# process read +10 % anywhere in x1.08-1.16 idle; with 0.025 s rounds (320 pairs, the same time) x1.097-1.103
+# (docs/records/measurement.md)
+AB_ROUND_S = 0.025
 MAX_AUDIO_S = 86400.0  # audio one service response may carry (a day): the byte bounds derive from it
 
 
@@ -333,10 +338,10 @@ SETTINGS: tuple[Setting, ...] = (
             "ko-mecab, flores200, ...); it is in the score's signature", metavar="NAME"),
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: "
             "not written)", metavar="DIR"),
-    Setting("ab_round_s", bounded_float(MAX_ROUND_S), None, "an A/B (baseline=, --s2st-ab-base) runs this many seconds "
+    Setting("ab_round_s", bounded_float(MAX_ROUND_S), AB_ROUND_S, "an A/B (baseline=, --s2st-ab-base) runs this many seconds "
             "of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy "
-            "machine then takes its share of a round rather than adding the same delay to both sides (default: 0.1 "
-            "in one process, 0.025 across code versions)", metavar="S"),
+            "machine then takes its share of a round rather than adding the same delay to both sides (default: "
+            f"{AB_ROUND_S:g})", metavar="S"),
     Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: "
             "origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, "
             "each importing its own tree; the verdict is the test's, --s2st-compare-fail judges it (default: off)",

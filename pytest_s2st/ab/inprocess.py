@@ -10,8 +10,9 @@ from .estimators import DEFAULT, Estimator
 from .mode import ABMode, PairContext
 from .record import IN_PROCESS, ABRecord
 
-# ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
-AB_MIN_PAIRS = 30
+# ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md); 120
+# rounds of 0.025 s take the time 30 rounds of 0.1 s took (docs/records/measurement.md)
+AB_MIN_PAIRS = 120
 
 
 class InProcess(ABMode):
