@@ -339,8 +339,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dump_dir", path, None, "write every speech output as {prefix}_{i}_pred.wav under DIR/<case id> (default: "
             "not written)", metavar="DIR"),
     Setting("ab_round_s", bounded_float(MAX_ROUND_S), AB_ROUND_S, "an A/B (baseline=, --s2st-ab-base) runs this many "
-            "seconds of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a busy "
-            "machine then takes its share of a round rather than adding the same delay to both sides (default: "
+            "seconds of calls a round, both sides the same calls (calibrated on the slower side): a preemption on a "
+            "busy machine then takes its share of a round rather than adding the same delay to both sides (default: "
             f"{AB_ROUND_S:g})", metavar="S"),
     Setting("ab_base", text, None, "time every s2st benchmark of this git revision (a pull request's base: "
             "origin/main, a tag, a sha) against this checkout's, in warm worker processes taking turns round by round, "
