@@ -3,11 +3,13 @@ the statistics against hand-computed truths, then real pytest sessions with the 
 from __future__ import annotations
 
 import json
+import math
 from math import comb
 
 import pytest
 
-from pytest_s2st.ab.inprocess import AB_MIN_PAIRS, PairedRounds
+from pytest_s2st.ab.inprocess import AB_MIN_PAIRS, PairedRounds, pairs_for
+from pytest_s2st.measure.runqueue import RunqueueClock
 from pytest_s2st.rounds import RoundPolicy, TimedRounds
 from pytest_s2st.measure.device import resolve_device
 from pytest_s2st.ab.estimators import compare_pairs, median_interval
@@ -95,6 +97,36 @@ def test_paired_rounds_alternate_abba_on_the_same_input():
     paired.run_all()
     assert log == [("B", 0), ("A", 0), ("A", 1), ("B", 1), ("B", 2), ("A", 2), ("A", 0), ("B", 0), ("B", 1), ("A", 1)]
     assert len(cand.round_totals) == len(base.round_totals) == 5
+
+
+class _Slow:
+    """A stage whose every call takes ``s`` seconds of a fake clock."""
+
+    def __init__(self, clock, s):
+        self.name, self.clock, self.s = "slow", clock, s
+
+    def forward(self, x):
+        self.clock[0] += self.s
+
+
+@pytest.mark.parametrize(("call_s", "pairs"), [(0.003, 112), (0.0125, 120), (0.05, 60), (0.1, 30), (2.0, 30)])
+def test_short_rounds_get_more_pairs_in_the_time_thirty_long_ones_took(call_s, pairs):
+    """Rounds of ~0.025 s: as many pairs as fill 6 s (30 pairs of 0.1 s took that), 30 to 120; a call that outlasts
+    the round is the round, and a model of 2 s a call keeps 30 pairs, not 120 (4 minutes more a test)."""
+    clock = [0.0]
+    cpu = resolve_device("cpu")
+    sides = [TimedRounds([_Slow(clock, call_s)], [list(range(50))], cpu, 1, timer=lambda: clock[0],
+                         policy=RoundPolicy(4, AB_MIN_PAIRS)) for _ in range(2)]
+    for side in sides:
+        side._queue = RunqueueClock("/nonexistent")
+    paired = PairedRounds(*sides, fill=True)
+    calls = paired.calibrate(0.025)
+    assert calls == max(1, math.ceil(0.025 / call_s - 1e-9)) and paired.policy.required == pairs == paired.count
+    fixed = PairedRounds(*[TimedRounds([_Slow(clock, call_s)], [list(range(50))], cpu, 1, timer=lambda: clock[0],
+                                       policy=RoundPolicy(4, 6)) for _ in range(2)])
+    fixed.calibrate(0.025)
+    assert fixed.policy.required == 6  # --s2st-min-rounds given: as many as asked
+    assert pairs_for(0.025) == 120 and pairs_for(0) == AB_MIN_PAIRS
 
 
 AB_TEST = '''

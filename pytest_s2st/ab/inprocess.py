@@ -3,6 +3,7 @@ candidate's rounds timed by the caller with a baseline round beside each, ABBA (
 measures the baseline's untimed passes and writes ``ab_record``."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from ..rounds import TimedRounds, calls_per_round
@@ -10,9 +11,18 @@ from .estimators import DEFAULT, Estimator
 from .mode import ABMode, PairContext
 from .record import IN_PROCESS, ABRecord
 
-# ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md); 120
-# rounds of 0.025 s take the time 30 rounds of 0.1 s took (docs/records/measurement.md)
-AB_MIN_PAIRS = 120
+# ABBA pairs at least, unless --s2st-min-rounds says otherwise (rounds of --s2st-ab-round-s: docs/compare.md)
+AB_MIN_PAIRS = 30
+# and as many more (up to 4x) as both sides' rounds fit in this time: 120 pairs of 0.025 s rounds, the time 30 pairs
+# of 0.1 s rounds took; a model whose one call outlasts a round stays at AB_MIN_PAIRS
+AB_PAIRS_S = 6.0
+
+
+def pairs_for(round_s: float) -> int:
+    """ABBA pairs of rounds of ``round_s`` (the slower side's): as many as fill AB_PAIRS_S, AB_MIN_PAIRS to 4x."""
+    if not round_s > 0:
+        return AB_MIN_PAIRS
+    return max(AB_MIN_PAIRS, min(4 * AB_MIN_PAIRS, math.ceil(AB_PAIRS_S / (2 * round_s))))
 
 
 class InProcess(ABMode):
@@ -26,7 +36,7 @@ class InProcess(ABMode):
         return "A/B in one process (baseline -> candidate)"
 
     def pair(self, candidate: TimedRounds, baseline: TimedRounds, context: PairContext) -> "PairedRounds":
-        return PairedRounds(candidate, baseline, context.estimator)
+        return PairedRounds(candidate, baseline, context.estimator, fill=context.settings.min_rounds is None)
 
 
 MODE = InProcess()
@@ -37,11 +47,14 @@ class PairedRounds:
     ``TimedRounds``) with a baseline round of the same input beside each, in ABBA order -- B0 A0, A1 B1, B2 A2,
     ... -- so a drift of the machine or a cache warmed by one side's last round hits both sides alike. The
     baseline rounds run in ``setup`` (outside the caller's clock) on the same timer; ``finish`` runs the last
-    pair's baseline round when the candidate went first; ``estimator`` judges the pairs (ab/estimators.py)."""
+    pair's baseline round when the candidate went first; ``estimator`` judges the pairs (ab/estimators.py);
+    ``fill``: ``calibrate`` raises the rounds to ``pairs_for`` the calibrated round (no --s2st-min-rounds given)."""
 
-    def __init__(self, candidate: TimedRounds, baseline: TimedRounds, estimator: Estimator = DEFAULT):
+    def __init__(self, candidate: TimedRounds, baseline: TimedRounds, estimator: Estimator = DEFAULT,
+                 fill: bool = False):
         self.candidate, self.baseline = candidate, baseline
         self.estimator = estimator
+        self.fill = fill
         self.policy, self.count = candidate.policy, candidate.count
         self._pending: int | None = None  # the index of a pair whose baseline round is still to run
 
@@ -61,6 +74,9 @@ class PairedRounds:
         per_call = max(self.candidate.per_call_s(target_s / 2), self.baseline.per_call_s(target_s / 2))
         calls = calls_per_round(per_call, target_s, self.candidate.n_samples)
         self.candidate.calls = self.baseline.calls = calls
+        if self.fill:
+            self.policy.required = max(self.policy.required, pairs_for(calls * per_call))
+            self.count = self.candidate.count = self.policy.required
         return calls
 
     def setup(self):
