@@ -123,7 +123,8 @@ def test_a_registered_estimator_judges_the_pairs_of_both_modes_and_the_early_sto
     sets = hodges_lehmann.pair_sets([(BASE, CAND), (BASE, OTHER)])
     assert sets.low <= hodges_lehmann.pairs(BASE, OTHER).ratio and sets.high >= one.ratio
     # the code-version record: its ratio, its name saved, its phrases in the method
-    compared = SimpleNamespace(sets=[(BASE, CAND), (BASE, OTHER)], own_sets=None, stopped=None, missing=None, calls=2)
+    compared = SimpleNamespace(sets=[(BASE, CAND), (BASE, OTHER)], own_sets=None, stopped=None, missing=None, calls=2,
+                               word_confidence=None)
     record = code_versions.ab_record(compared, "main", "a", "b", 0.1, hodges_lehmann).to_dict()
     assert record["ratio"] == sets.ratio and record["estimator"] == "hodges-lehmann"
     assert record["method"].startswith("Hodges-Lehmann estimate of paired head/base round ratios")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pytest_s2st.ab.estimators import median_interval
-from pytest_s2st.ab.stopping import ALPHA, FIRST_LOOK, StoppingRule, first_look, looks_from, precise
+from pytest_s2st.ab.stopping import ALPHA, FIRST_LOOK, StoppingRule, first_look, held, looks_from, precise
 from pytest_s2st.limits import compare_limits
 from pytest_s2st.ab.estimators import compare_pair_sets
-from pytest_s2st.significance import SAME, SLOWER, Change
+from pytest_s2st.significance import FASTER, SAME, SLOWER, Change
 
 
 def _trials(truth: float, rule: StoppingRule, n: int = 300, sd: float = 0.03, seed: int = 7, pairs: int = 2):
@@ -117,3 +117,33 @@ def test_a_ratio_on_a_boundary_rarely_stops_early():
     rule = StoppingRule.for_limits(20)
     early = sum(done < rule.rounds for done, _ in _trials(1.02, rule))
     assert early <= 0.03 * 300, early
+
+
+def test_a_word_after_an_early_stop_holds_at_the_looks_level():
+    """At load 3, 20 A/As stopped early under a 5 % limit: two said `faster` at 95 % (x0.968 [0.955, 0.985] after 17
+    rounds), neither at the looks' level. Simulated: one pair, 160 rounds, 5 % noise a round and a process offset of
+    sd 0.75 %: 95 % words in 5 % of A/As, held ones in at most 2 %; every x1.10 keeps its `slower`."""
+    rule = StoppingRule.for_limits(160, compare_limits("runtime_s:5%"), pairs=1)
+    rng = np.random.default_rng(11)
+    words = {"95%": 0, "held": 0}
+    for truth in [1.0] * 400 + [1.10] * 100:
+        base = np.exp(rng.normal(0, 0.05, rule.rounds))
+        head = base * truth * np.exp(rng.normal(0, 0.0075) + rng.normal(0, 0.05, rule.rounds))
+        done = next((r for r in rule.looks if rule.settled(r, [(base[:r], head[:r])])), rule.rounds)
+        sets = [(list(base[:done]), list(head[:done]))]
+        change = compare_pair_sets(sets)
+        kept = held(change, compare_pair_sets(sets, rule.confidence)) if done < rule.rounds else change
+        if truth == 1.0:
+            words["95%"] += change.significant
+            words["held"] += kept.significant
+        else:
+            assert kept.word == SLOWER
+    assert words["held"] <= 8 and words["held"] < words["95%"] / 2, words
+
+
+def test_held_keeps_a_word_the_looks_level_also_says_and_drops_one_it_does_not():
+    faster = Change(0.968, 0.955, 0.985, FASTER, pairs=17)
+    assert held(faster, Change(0.968, 0.926, 1.046, SAME, pairs=17)) == Change(0.968, 0.955, 0.985, SAME, pairs=17)
+    assert held(faster, Change(0.968, 0.940, 0.990, FASTER, pairs=17)) is faster
+    same = Change(1.0, 0.98, 1.02, SAME, pairs=10)
+    assert held(same, Change(1.0, 0.9, 1.1, SAME, pairs=10)) is same

@@ -8,6 +8,7 @@ from typing import Protocol, Sequence
 from .estimators import DEFAULT, Estimator
 from .mode import ABMode
 from .record import ABRecord
+from .stopping import held
 
 
 class Compared(Protocol):
@@ -16,6 +17,7 @@ class Compared(Protocol):
     sets: Sequence[tuple[Sequence[float], Sequence[float]]]  # each worker pair's (base rounds, head rounds)
     own_sets: Sequence[tuple[Sequence[float], Sequence[float]]] | None  # the same less each round's wait
     stopped: str | None
+    word_confidence: float | None  # the looks' level when the rounds stopped early: the word must hold there too
     missing: str | None
     calls: int | None
 
@@ -43,7 +45,7 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
     details = {"base": base, "base_sha": base_sha, "head_sha": head_sha, "worker_pairs": len(compared.sets),
                "rounds_s": [list(s) for s in compared.sets],
                "rounds_own_s": [list(s) for s in compared.own_sets] if compared.own_sets else None,
-               "stopped": compared.stopped or "every round run"}
+               "stopped": compared.stopped or "every round run", "word_confidence": compared.word_confidence}
     several = len(compared.sets) > 1
     method = (f"{estimator.statistic} of paired head/base round ratios (each round's own time: wall less the time its "
               "thread waited for a CPU), base and head in warm worker processes (each importing its own tree, all on "
@@ -51,14 +53,18 @@ def ab_record(compared: "Compared", base: str, base_sha: str | None, head_sha: s
               f"{', worker pairs interleaved' if several else ''}; "
               f"95% {estimator.sets_interval if several else estimator.interval}; the rounds stop early once that "
               "interval at 1 - 5 %/K for K looks (Bonferroni) holds neither 1 +- 2 % nor a percent runtime limit, "
-              "and a change past one once its 95% interval is within 2% of its ratio (ab/stopping.py)")
+              "and a change past one once its 95% interval is within 2% of its ratio; after an early stop the word "
+              "must hold at the looks' level too (ab/stopping.py)")
     if compared.missing is not None:
         return ABRecord(None, None, None, "no verdict (a side is missing)", 0, compared.calls, round_s, method,
                         missing=compared.missing, mode=MODE.name, estimator=estimator.name, details=details)
     # each round less the time its thread waited for a CPU (a neighbour's share of a loaded runner), where every
     # round has that reading (Linux): at load 8 the wall-time ratios of one pair's rounds spread x0.70-x1.62, their
     # own times x0.87-x1.18 (docs/records/measurement.md)
-    change = estimator.pair_sets(compared.own_sets or compared.sets)
+    sets = compared.own_sets or compared.sets
+    change = estimator.pair_sets(sets)
+    if compared.word_confidence is not None:
+        change = held(change, estimator.pair_sets(sets, compared.word_confidence))
     return ABRecord(change.ratio, change.low, change.high, change.word, change.pairs, compared.calls, round_s, method,
                     timing="own time (wall less run-queue wait)" if compared.own_sets else "wall time",
                     mode=MODE.name, estimator=estimator.name, details=details)

@@ -8,10 +8,12 @@ at a stricter level:
 1 - 0.05 / K for K interim looks (Bonferroni). It stops when that interval holds none of the verdict's boundaries, so
 the rounds left could not move the verdict unless the interval missed the true ratio: at most 5 % of the time over
 all looks together. The boundaries: each percent runtime limit of --s2st-compare-fail where one is given (the test's
-PASS/FAIL is what the rounds must settle: an A/A well inside a 5 % limit stops at the first look, its word the one
-its rounds support), else the word's 1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds
-run): its interval lies inside the stricter one, on the same side of every boundary. A runtime limit in seconds is
-no ratio: no early stop.
+PASS/FAIL is what the rounds must settle: an A/A well inside a 5 % limit stops at the first look), else the word's
+1 +- 2 %. The verdict itself is then computed as always (95 %, on the rounds run): its interval lies inside the
+stricter one, on the same side of every boundary. Its word (slower/faster) after an early stop must hold at the
+looks' level too (``held``): the rule looked K times, and at 95 % an A/A stopped early under a 5 % limit said
+`faster` 2 times in 20 at load 3 (both gone at the looks' level, no other word changed). A runtime limit in seconds
+is no ratio: no early stop.
 
 A change past a boundary (a FAIL, or `slower`/`faster`) is also measured: it stops only once its 95 % interval is
 within +-PRECISION of its ratio, so the reported size of a slowdown is as good as its verdict (at load 3, 10 rounds
@@ -21,10 +23,10 @@ that is the common pull request, and what the early stop is for.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ..significance import NOISE, Change
+from ..significance import NOISE, SAME, Change
 from .estimators import DEFAULT, Estimator, median_interval
 
 FIRST_LOOK = 6  # the earliest first look, in rounds per pair and side (later where too few pairs give no interval)
@@ -74,6 +76,14 @@ class StoppingRule:
             return False
         inside = all(change.high < b if b > 1 else change.low > b for b in self.bounds)
         return inside or precise(self.estimator.pair_sets(sets))
+
+
+def held(change: Change, strict: Change) -> Change:
+    """``change`` (the 95 % verdict of rounds that stopped early) with its slower/faster word only where ``strict``
+    (the same rounds at the looks' level, StoppingRule.confidence) says it too; else no significant change."""
+    if change.significant and strict.word != change.word:
+        return replace(change, word=SAME)
+    return change
 
 
 def first_look(rounds: int, pairs: int) -> int:

@@ -149,6 +149,7 @@ class Compared:
     own_sets: list[tuple[list[float], list[float]]] | None = None  # the same less each round's run-queue wait
     calls: int | None = None
     stopped: str | None = None  # why the rounds ended before the most (ab/stopping.py)
+    word_confidence: float | None = None  # then the looks' level, which the word must hold at too (stopping.held)
     missing: str | None = None  # why there is no verdict (a side never reached its timing, died, refused)
 
 
@@ -363,6 +364,7 @@ class Driver:
                                if all(v is not None for w in own for v in own[w]) else None)
             if rule.settled(i + 1, result.own_sets or result.sets):  # the rounds left cannot move the verdict
                 result.stopped = f"decided after {i + 1} of {rule.rounds} rounds"
+                result.word_confidence = rule.confidence
                 break
         for w in times:
             self._done(w)
