@@ -137,15 +137,18 @@ class TimedRounds:
     def mark(self) -> None:
         """The next round starts: read the run-queue wait and the probes (outside the timed call)."""
         self._probes_before = [p.read() for p in self.probes]
-        self._before, self._marked = self._queue.read(), True
+        # the window's clock starts before the first reading and stops after the second (settle): a preemption
+        # between a reading and the clock fell outside the window yet inside the wait, so wait >= window made a
+        # round's own time 0 and its A/B had no ratio (7 of 60 code-version A/Bs at load 8)
         self._t_before = time.perf_counter()
+        self._before, self._marked = self._queue.read(), True
 
     def settle(self) -> None:
         """The marked round ended: its run-queue wait is the difference of the readings."""
         if not self._marked:
             return
-        window = time.perf_counter() - self._t_before
         now = self._queue.read()
+        window = time.perf_counter() - self._t_before
         self.waits.append(now - self._before if now is not None and self._before is not None else None)
         self.windows.append(window)
         for probe, before in zip(self.probes, self._probes_before):
@@ -246,7 +249,10 @@ class TimedRounds:
         return min(wait_s / self.calls, round_s)
 
     def _own(self, round_s: float, wait_s: float, k: int) -> float:
-        return max(round_s - self._waited(round_s, wait_s, k), 0.0)
+        """Round k less its share of the wait; a reading that leaves nothing (a clock's grain) is the wall time:
+        one round's 0 would leave its whole A/B without a ratio."""
+        own = round_s - self._waited(round_s, wait_s, k)
+        return own if own > 0 else round_s
 
     def own_round_totals(self) -> list[float] | None:
         """Each round's per-sample time less its share of the round's run-queue wait (the time this thread was

@@ -407,4 +407,44 @@ def test_a_wait_longer_than_the_clocked_calls_is_taken_as_its_share_of_the_windo
     rounds.calls, rounds.round_totals, rounds.waits, rounds.windows = 4, [0.010, 0.010], [0.05, 0.0], [0.06, 0.05]
     assert rounds.own_round_totals() == pytest.approx([0.010 / 6, 0.010])
     rounds.windows = []  # no window read (a round timed elsewhere): the wait / the calls, capped at the round
-    assert rounds.own_round_totals() == pytest.approx([0.0, 0.010])
+    assert rounds.own_round_totals() == pytest.approx([0.010, 0.010])  # nothing left: the wall time, never a 0
+
+
+class _PreemptedReading:
+    """A run-queue clock whose every reading is preempted: 10 ms pass on ``clock`` and the thread waits them."""
+
+    def __init__(self, clock):
+        self.clock, self.waited = clock, 0.0
+
+    def read(self):
+        self.clock[0] += 0.010
+        self.waited += 0.010
+        return self.waited
+
+    def close(self):
+        pass
+
+
+def test_a_preemption_in_a_run_queue_reading_is_inside_the_rounds_window(monkeypatch):
+    """At load 8, 7 of 60 code-version A/Bs had no ratio: one round each read a wait longer than its window (the
+    clock started after the first reading and stopped before the second, and a preemption fell between), so its own
+    time was 0 and the median refused every pair. The window now holds both readings: a round of 2 calls of 5 ms
+    own work a call, each reading preempted for 10 ms (the wait between the readings: 10 ms, the window: 30 ms),
+    reads 5 ms x (1 - 10/30) a sample, not 0."""
+    import pytest_s2st.rounds as rounds_module
+
+    clock = [0.0]
+    monkeypatch.setattr(rounds_module.time, "perf_counter", lambda: clock[0])
+
+    class Work:
+        name = "work"
+
+        def forward(self, x):
+            clock[0] += 0.005
+
+    rounds = TimedRounds([Work()], [[0, 1]], resolve_device("cpu"), 1, timer=lambda: clock[0])
+    rounds._queue = _PreemptedReading(clock)
+    rounds.calls = 2
+    wall, own = rounds.next_round()
+    assert wall == pytest.approx(0.005) and rounds.windows == [pytest.approx(0.030)]
+    assert rounds.waits == [pytest.approx(0.010)] and own == pytest.approx(0.005 * (1 - 0.010 / 0.030))
