@@ -9,10 +9,10 @@
 The model is a user-style torch model: ``TransformerEncoderLayer(64, 4, 256)`` on (1, 32, 64), FORWARDS
 forwards a call (3-10 ms), one thread. The load is BUSY busy-loop processes beside (1: load ~3; 6: load ~8 with
 the benchmark's own processes); /proc/loadavg is read at every trial. The true ratio of each change is measured
-in the same window, before and after the trials, in one process with rounds of TRUE_ROUND_S alternating ABBA. It
-moves by several percent at load (+10 % read x1.111-1.125 at load 7; timed on the thread's CPU time instead, at
-load 2-3 it read +10 % as x1.081-1.140 and +5 % as x1.016-1.289): the work ratio itself (21/20, 22/20 forwards) is
-the steadier truth.
+in the same window, before and after the trials, in one process: TRUE_PAIRS pairs of TRUE_ROUND_S rounds of own
+time (wall less run-queue wait) alternating ABBA, the median of their ratios. With 8 pairs of 1 s wall-time rounds
+it had moved by several percent (A/A x0.970-0.973 at load 8); as now it read +10 % as x1.095-1.100 at loads 1 to 7
+(docs/records/measurement.md, the machine's rhythm). The work ratio (21/20, 22/20 forwards) is the other yardstick.
 
     S2ST_POWER_TRIALS=20 .venv/bin/python -m pytest benchmarks/test_versions_power.py -m power -s
 """
@@ -33,7 +33,7 @@ FORWARDS = 20
 CHANGES = {"aa": FORWARDS, "plus5": FORWARDS + 1, "plus10": FORWARDS + 2, "x2": 2 * FORWARDS}
 LOADS = {"load3": 1, "load8": 6}  # busy loops beside the benchmark
 ONLY = [c for c in os.environ.get("S2ST_POWER_CHANGES", "").split(",") if c]  # a subset of CHANGES
-TRUE_ROUND_S, TRUE_PAIRS = 1.0, 8
+TRUE_ROUND_S, TRUE_PAIRS = 0.025, 320  # own time (wall less run-queue wait), as the A/B
 ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 HOG = "while True:\n    pass\n"
 
@@ -80,18 +80,29 @@ def test_ab(s2st_benchmark, change, trial):
 '''
 
 TRUE_PY = '''
-import json, math, sys, time
+import json, math, os, sys, time
 from model import INPUTS, make
 
 changes, round_s, pairs = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 base = make({forwards})
+try:
+    SCHED = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+except OSError:
+    SCHED = None
+
+
+def waited():
+    return int(os.pread(SCHED, 128, 0).split()[1]) / 1e9 if SCHED is not None else 0.0
 
 
 def timed(model, calls):
+    """The round's own time: its wall time less the time this thread waited for a CPU (a neighbour's share)."""
     start = time.perf_counter()
+    w0 = waited()
     for i in range(calls):
         model(INPUTS[i % len(INPUTS)])
-    return time.perf_counter() - start
+    w1 = waited()
+    return time.perf_counter() - start - (w1 - w0)
 
 
 for f in (base,):
